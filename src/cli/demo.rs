@@ -1,0 +1,69 @@
+//! `payhook demo`: sends the sample event as a provider would (first delivery, a duplicate, 20
+//! concurrent copies, a forged one) and prints what happened and the resulting balance.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::client::{post, provider_of, sign_headers, Reply};
+use super::{print_json, CliError};
+use crate::config::Config;
+use crate::domain::{now_ms, AccountId};
+use crate::ledger::Ledger;
+use crate::store::dynamodb::DynamoStore;
+
+fn step(name: &str, reply: &Reply) {
+    eprintln!("{name:<28} -> {} {}{}", reply.status, if reply.replayed { "(replayed) " } else { "" }, reply.body);
+}
+
+pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore) -> Result<(), CliError> {
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(sample)?)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", sample.display())))?;
+    let provider = provider_of(&event)?;
+    let body = event.get("body").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let parsed: Value = serde_json::from_str(&body).map_err(|e| CliError::Usage(e.to_string()))?;
+    let event_id = parsed.get("id").and_then(Value::as_str).unwrap_or("evt").to_owned();
+    let account = parsed.pointer("/data/account").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let target = format!("{}/webhooks/{provider}", url.trim_end_matches('/'));
+    let send = |id: String| {
+        let headers = sign_headers(provider, config, body.as_bytes(), &id, now_ms() / 1_000);
+        let (target, body) = (target.clone(), body.clone().into_bytes());
+        async move { post(&target, &headers?, body).await }
+    };
+
+    eprintln!("sending {} to {target}", sample.display());
+    let first = send(event_id.clone()).await?;
+    step("first delivery", &first);
+    let duplicate = send(event_id.clone()).await?;
+    step("duplicate delivery", &duplicate);
+
+    let copies = futures::future::join_all((0..20).map(|i| send(format!("{event_id}_retry{i}")))).await;
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    for reply in copies {
+        let reply = reply?;
+        let label = format!("{}{}", reply.status, if reply.replayed { " replayed" } else { "" });
+        *tally.entry(label).or_default() += 1;
+    }
+    eprintln!("{:<28} -> {tally:?}", "20 concurrent copies");
+
+    let mut forged = sign_headers(provider, config, body.as_bytes(), &event_id, now_ms() / 1_000)?;
+    for (k, v) in forged.iter_mut() {
+        if k.ends_with("signature") {
+            *v = "v1,Zm9yZ2VkIHNpZ25hdHVyZSBvZiB0aGlydHktdHdvIGJ5dGVzIQ==".into();
+        }
+    }
+    let bad = post(&target, &forged, body.clone().into_bytes()).await?;
+    step("bad signature", &bad);
+
+    let account = AccountId::parse(&account).map_err(|e| CliError::Usage(format!("sample account: {e}")))?;
+    let balance = store.balance(&account).await?;
+    print_json(&json!({
+        "first": first,
+        "duplicate": duplicate,
+        "concurrent_copies": tally,
+        "bad_signature": bad,
+        "balance": balance,
+        "byte_identical_replay": first.body == duplicate.body && duplicate.replayed,
+    }))
+}

@@ -1,0 +1,307 @@
+//! The `payhook` command line. Results go to stdout (JSON unless asked for a table), logs and
+//! progress to stderr, so `payhook balance X | jq` always works.
+
+mod demo;
+pub mod client;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
+use crate::eventlog::{EventLog, LogFilter, Outcome};
+use crate::http::App;
+use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use crate::pipeline::Pipeline;
+use crate::store::dynamodb::{schema, DynamoStore};
+
+#[derive(Debug, Parser)]
+#[command(name = "payhook", version, about = "Exactly-once money movement from payment webhooks")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the webhook router on a local address (the same router Lambda runs).
+    Serve {
+        #[arg(long, default_value = "127.0.0.1:3000")]
+        addr: SocketAddr,
+    },
+    /// Create the tables (idempotent), or print their schema.
+    Tables {
+        #[command(subcommand)]
+        action: TablesAction,
+    },
+    /// An account's balances per currency, derived from its ledger entries.
+    Balance {
+        account: String,
+        /// Also list the entries.
+        #[arg(long)]
+        entries: bool,
+    },
+    /// Query the delivery log, newest first.
+    Events(EventsArgs),
+    /// Registered payments.
+    Payments {
+        #[command(subcommand)]
+        action: PaymentsAction,
+    },
+    /// Re-sign a sample API Gateway event (events/…) with the configured secret and the current
+    /// time, and print it: signatures carry a timestamp, so stored samples go stale.
+    Sign {
+        /// Path of an API Gateway HTTP API (v2) event JSON file.
+        file: std::path::PathBuf,
+    },
+    /// Drive the sample events against a running server and print what happened.
+    Demo {
+        #[arg(long, default_value = "http://127.0.0.1:3000")]
+        url: String,
+        /// The sample to send.
+        #[arg(long, default_value = "events/generic/payment_succeeded.json")]
+        event: std::path::PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TablesAction {
+    Create,
+    /// Print the table definitions (names from env) as JSON.
+    Schema,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PaymentsAction {
+    /// Register a payment the customer is about to make (PENDING).
+    Expect {
+        #[arg(long, default_value = "generic")]
+        provider: String,
+        #[arg(long)]
+        reference: String,
+        #[arg(long)]
+        account: String,
+        /// Integer minor units.
+        #[arg(long)]
+        amount: i64,
+        #[arg(long)]
+        currency: String,
+    },
+    /// Show a payment's state, money, history and deliveries.
+    Show {
+        #[arg(long, default_value = "generic")]
+        provider: String,
+        #[arg(long)]
+        reference: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    Json,
+    Table,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[arg(long)]
+    pub reference: Option<String>,
+    #[arg(long)]
+    pub provider: Option<String>,
+    #[arg(long = "event-id")]
+    pub event_id: Option<String>,
+    /// applied, replayed, in_flight, conflict, stale, ignored, parked, failed
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// Epoch milliseconds, inclusive.
+    #[arg(long)]
+    pub since_ms: Option<i64>,
+    /// Epoch milliseconds, exclusive.
+    #[arg(long)]
+    pub until_ms: Option<i64>,
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+}
+
+/// A command that could not do its job: printed to stderr, exit code 1 (2 for usage).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn print_json(value: &impl Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Other(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}
+
+fn usage<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, CliError> {
+    r.map_err(|e| CliError::Usage(format!("{what}: {e}")))
+}
+
+fn provider(name: &str) -> Result<ProviderId, CliError> {
+    ProviderId::parse(name).ok_or_else(|| CliError::Usage(format!("unknown provider {name:?}")))
+}
+
+impl EventsArgs {
+    pub fn filter(&self) -> Result<LogFilter, CliError> {
+        Ok(LogFilter {
+            provider: self.provider.as_deref().map(provider).transpose()?,
+            reference: self.reference.as_deref().map(|r| usage("--reference", Reference::parse(r))).transpose()?,
+            event_id: self.event_id.clone(),
+            outcome: self
+                .outcome
+                .as_deref()
+                .map(|o| Outcome::parse(o).ok_or_else(|| CliError::Usage(format!("unknown outcome {o:?}"))))
+                .transpose()?,
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
+        })
+    }
+}
+
+/// Runs one command with clients built once by the binary.
+pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
+    match command {
+        Command::Serve { addr } => serve(addr, config, store).await,
+        Command::Tables { action: TablesAction::Create } => print_json(&store.create_tables().await?),
+        Command::Tables { action: TablesAction::Schema } => print_json(&serde_json::json!({
+            "tables": schema::ALL.iter().map(|d| serde_json::json!({
+                "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
+            "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        })),
+        Command::Balance { account, entries } => {
+            let account = usage("account", AccountId::parse(&account))?;
+            let postings = store.entries(&account).await?;
+            let balance = crate::ledger::Balance::from_postings(account, &postings);
+            if entries {
+                print_json(&serde_json::json!({ "account": balance.account, "balances": balance.balances,
+                    "entries": balance.entries, "postings": postings }))
+            } else {
+                print_json(&balance)
+            }
+        }
+        Command::Events(args) => {
+            let page = store.query(&args.filter()?, args.limit, args.cursor.as_deref()).await?;
+            match args.format {
+                Format::Json => {
+                    for d in &page.deliveries {
+                        println!("{}", serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?);
+                    }
+                    if let Some(next) = &page.next {
+                        eprintln!("more: --cursor {next}");
+                    }
+                    Ok(())
+                }
+                Format::Table => {
+                    println!("{:<32} {:<12} {:<20} {:<10} {:>4}  {}", "delivery", "provider", "event", "outcome", "http", "key");
+                    for d in &page.deliveries {
+                        println!(
+                            "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
+                            &d.id[..d.id.len().min(32)], d.provider, d.event_id, d.outcome, d.http_status,
+                            d.key.as_ref().map_or("-", |k| k.as_str())
+                        );
+                    }
+                    if let Some(next) = &page.next {
+                        eprintln!("more: --cursor {next}");
+                    }
+                    Ok(())
+                }
+            }
+        }
+        Command::Payments { action } => payments(action, &store).await,
+        Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
+        Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
+    }
+}
+
+async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {
+    match action {
+        PaymentsAction::Expect { provider: p, reference, account, amount, currency } => {
+            let currency = usage("--currency", Currency::parse(&currency))?;
+            let expected = ExpectedPayment {
+                provider: provider(&p)?,
+                reference: usage("--reference", Reference::parse(&reference))?,
+                account: usage("--account", AccountId::parse(&account))?,
+                money: usage("--amount", Money::new(amount, currency))?,
+            };
+            match store.register(&expected).await? {
+                RegisterOutcome::Created(p) => print_json(&serde_json::json!({"result": "created", "payment": p})),
+                RegisterOutcome::Exists(p) => print_json(&serde_json::json!({"result": "exists", "payment": p})),
+                RegisterOutcome::Mismatch(m, p) => {
+                    print_json(&serde_json::json!({"result": "mismatch", "mismatch": m, "payment": p}))?;
+                    Err(CliError::Other(format!("payment exists with another {}", m.field)))
+                }
+            }
+        }
+        PaymentsAction::Show { provider: p, reference } => {
+            let provider = provider(&p)?;
+            let reference = usage("--reference", Reference::parse(&reference))?;
+            let payment = store.payment(provider, &reference).await?;
+            let filter = LogFilter { provider: Some(provider), reference: Some(reference), ..LogFilter::default() };
+            let deliveries = store.query(&filter, 100, None).await?.deliveries;
+            let deliveries: Vec<_> = deliveries
+                .iter()
+                .map(|d| serde_json::json!({"id": d.id, "event_id": d.event_id, "event_type": d.event_type,
+                    "outcome": d.outcome, "http_status": d.http_status, "received_at_ms": d.received_at_ms}))
+                .collect();
+            print_json(&serde_json::json!({ "payment": payment, "deliveries": deliveries }))
+        }
+    }
+}
+
+/// Serves the router on `addr` until Ctrl-C or SIGTERM.
+async fn serve(addr: SocketAddr, config: Config, store: DynamoStore) -> Result<(), CliError> {
+    let app = build_app(&config, store);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving POST /webhooks/{{provider}}");
+    eprintln!("payhook listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, crate::http::router(app))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
+}
+
+/// The router's state, built once per process: providers from config (problems logged, the
+/// provider left out), the pipeline over the store.
+pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
+    let (providers, problems) = config.providers();
+    for (p, e) in problems {
+        tracing::error!(provider = %p, error = %e, "provider refused: its webhooks will get 503 until its secret is fixed");
+    }
+    tracing::info!(providers = ?providers.configured(), "providers configured");
+    Arc::new(App {
+        pipeline: Pipeline::new(store),
+        providers,
+        lease_ms: config.lease_ms,
+        max_lease_ms: config.max_lease_ms,
+    })
+}

@@ -1,0 +1,242 @@
+//! Normalised events: what a provider's webhook means, whatever its shape on the wire.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{Money, PaymentStatus};
+
+/// Why an identifier was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {0} characters")]
+    TooLong(usize),
+    #[error("must not contain control characters or '#'")]
+    BadCharacter,
+}
+
+/// Identifiers become parts of DynamoDB keys, where `#` separates components; refusing it (and
+/// control characters) keeps `a#b` + `c` from colliding with `a` + `b#c`.
+fn checked(text: &str, max: usize) -> Result<String, TextError> {
+    if text.is_empty() {
+        return Err(TextError::Empty);
+    }
+    if text.chars().count() > max {
+        return Err(TextError::TooLong(max));
+    }
+    if text.chars().any(|c| c.is_control() || c == '#') {
+        return Err(TextError::BadCharacter);
+    }
+    Ok(text.to_owned())
+}
+
+macro_rules! text_newtype {
+    ($(#[$doc:meta])* $name:ident, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(text: &str) -> Result<Self, TextError> {
+                checked(text, $max).map($name)
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+text_newtype!(
+    /// A provider's reference for one money movement (Paystack `reference`, Stripe `pi_…`).
+    Reference, 200
+);
+text_newtype!(
+    /// The account (wallet, merchant) a movement credits or debits.
+    AccountId, 200
+);
+
+/// The provider adapter a delivery came through; part of every key, so two providers' references
+/// can never collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderId {
+    Generic,
+    Stripe,
+    Paystack,
+    Flutterwave,
+}
+
+impl ProviderId {
+    pub const ALL: [ProviderId; 4] =
+        [ProviderId::Generic, ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderId::Generic => "generic",
+            ProviderId::Stripe => "stripe",
+            ProviderId::Paystack => "paystack",
+            ProviderId::Flutterwave => "flutterwave",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        ProviderId::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+impl fmt::Display for ProviderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The money movements the claim protocol guards. State-only events are not operations: a
+/// single conditional transition is idempotent by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// Credit the account for a successful payment.
+    Payment,
+    /// Debit the account for one refund of a paid payment.
+    Refund,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Payment => "payment",
+            Operation::Refund => "refund",
+        }
+    }
+}
+
+/// `{provider}:{operation}:{reference}`: stable across retries and unique per money movement.
+/// Never the event id: two events about one movement (Stripe's `charge.succeeded` and
+/// `payment_intent.succeeded`) must share a key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn new(provider: ProviderId, op: Operation, reference: &Reference) -> Self {
+        IdempotencyKey(format!("{}:{}:{}", provider, op.as_str(), reference))
+    }
+
+    /// Rebuilds a key read back from the store; it was written by [`IdempotencyKey::new`].
+    pub fn from_stored(text: String) -> Self {
+        IdempotencyKey(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A successful payment: credit `account` with `money`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentFacts {
+    pub reference: Reference,
+    pub account: AccountId,
+    pub money: Money,
+}
+
+/// A successful refund: debit the paid payment's account by `money`, at most what was paid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundFacts {
+    pub refund_reference: Reference,
+    pub payment_reference: Reference,
+    pub money: Money,
+}
+
+/// A state-only event (processing, failed): the money fields are checked when present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateFacts {
+    pub reference: Reference,
+    pub account: Option<AccountId>,
+    pub money: Option<Money>,
+}
+
+/// What a delivery asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    PaymentSucceeded(PaymentFacts),
+    /// Move the payment to a state that is not money: PROCESSING or FAILED.
+    PaymentState { facts: StateFacts, to: PaymentStatus },
+    RefundSucceeded(RefundFacts),
+    /// A type we log but do not act on.
+    Ignored,
+}
+
+/// One delivery, verified and mapped by its provider adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NormalisedEvent {
+    pub provider: ProviderId,
+    pub event_id: String,
+    pub event_type: String,
+    pub kind: EventKind,
+}
+
+impl NormalisedEvent {
+    /// The key of the money movement, if this event moves money.
+    pub fn key(&self) -> Option<IdempotencyKey> {
+        match &self.kind {
+            EventKind::PaymentSucceeded(p) => {
+                Some(IdempotencyKey::new(self.provider, Operation::Payment, &p.reference))
+            }
+            EventKind::RefundSucceeded(r) => {
+                Some(IdempotencyKey::new(self.provider, Operation::Refund, &r.refund_reference))
+            }
+            EventKind::PaymentState { .. } | EventKind::Ignored => None,
+        }
+    }
+
+    /// The payment reference the event is about, for the log.
+    pub fn reference(&self) -> Option<&Reference> {
+        match &self.kind {
+            EventKind::PaymentSucceeded(p) => Some(&p.reference),
+            EventKind::PaymentState { facts, .. } => Some(&facts.reference),
+            EventKind::RefundSucceeded(r) => Some(&r.payment_reference),
+            EventKind::Ignored => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_refuse_separators_and_empties() {
+        assert_eq!(Reference::parse(""), Err(TextError::Empty));
+        assert_eq!(Reference::parse("a#b"), Err(TextError::BadCharacter));
+        assert_eq!(Reference::parse("a\nb"), Err(TextError::BadCharacter));
+        assert_eq!(Reference::parse(&"x".repeat(201)), Err(TextError::TooLong(200)));
+        assert!(Reference::parse("pay_1").is_ok());
+    }
+
+    #[test]
+    fn key_is_provider_operation_reference() -> Result<(), TextError> {
+        let r = Reference::parse("pay_1")?;
+        let k = IdempotencyKey::new(ProviderId::Generic, Operation::Payment, &r);
+        assert_eq!(k.as_str(), "generic:payment:pay_1");
+        let k = IdempotencyKey::new(ProviderId::Stripe, Operation::Refund, &r);
+        assert_eq!(k.as_str(), "stripe:refund:pay_1");
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! The append-only delivery log: every accepted delivery, with its raw body and what we answered,
+//! so a duplicate is visible and stored events can be replayed through the same pipeline.
+
+use serde::Serialize;
+
+use crate::domain::{IdempotencyKey, ProviderId, Reference};
+use crate::store::StoreError;
+
+/// What became of a delivery. Stored as the lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Applied,
+    Replayed,
+    InFlight,
+    Conflict,
+    Stale,
+    Ignored,
+    /// Accepted but not applicable yet (a refund before its payment): the provider redelivers.
+    Parked,
+    /// Processing failed (store unavailable): retryable, reconciliation looks at these.
+    Failed,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Applied,
+        Outcome::Replayed,
+        Outcome::InFlight,
+        Outcome::Conflict,
+        Outcome::Stale,
+        Outcome::Ignored,
+        Outcome::Parked,
+        Outcome::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Replayed => "replayed",
+            Outcome::InFlight => "in_flight",
+            Outcome::Conflict => "conflict",
+            Outcome::Stale => "stale",
+            Outcome::Ignored => "ignored",
+            Outcome::Parked => "parked",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One delivery as logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delivery {
+    /// Unique per delivery; sorts by arrival time.
+    pub id: String,
+    pub provider: ProviderId,
+    pub event_id: String,
+    pub event_type: String,
+    pub key: Option<IdempotencyKey>,
+    pub reference: Option<Reference>,
+    pub outcome: Outcome,
+    pub http_status: u16,
+    pub received_at_ms: i64,
+    /// The body exactly as received (verified on arrival), for replay.
+    pub raw_body: String,
+    /// Set when this delivery is a replay of a stored one: that delivery's id.
+    pub replay_of: Option<String>,
+    /// Who started a replay (operator, Lambda invocation).
+    pub started_by: Option<String>,
+}
+
+impl Delivery {
+    /// A time-ordered id: 13-digit epoch ms, then randomness, so ids sort by arrival.
+    pub fn new_id(received_at_ms: i64) -> String {
+        format!("{:013}-{}", received_at_ms.max(0), uuid::Uuid::new_v4().simple())
+    }
+}
+
+/// Which deliveries a query wants. Empty filter = everything, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogFilter {
+    pub provider: Option<ProviderId>,
+    pub reference: Option<Reference>,
+    pub event_id: Option<String>,
+    pub outcome: Option<Outcome>,
+    /// Inclusive lower bound, epoch ms.
+    pub since_ms: Option<i64>,
+    /// Exclusive upper bound, epoch ms.
+    pub until_ms: Option<i64>,
+}
+
+/// One page of a query, newest first; pass `next` back as the cursor for the next page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogPage {
+    pub deliveries: Vec<Delivery>,
+    pub next: Option<String>,
+}
+
+/// The log capability.
+#[allow(async_fn_in_trait)]
+pub trait EventLog {
+    async fn append(&self, delivery: &Delivery) -> Result<(), StoreError>;
+    async fn query(
+        &self,
+        filter: &LogFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LogPage, StoreError>;
+}
+
+/// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant (Howard Hinnant's civil-from-days), used
+/// to bucket the time index without a date library.
+pub fn utc_day(epoch_ms: i64) -> String {
+    let days = epoch_ms.div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_days_match_known_dates() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(1_764_670_000_000), "2025-12-02");
+        assert_eq!(utc_day(951_782_400_000), "2000-02-29");
+        assert_eq!(utc_day(-1), "1969-12-31");
+    }
+
+    #[test]
+    fn outcomes_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), Some(o));
+        }
+    }
+
+    #[test]
+    fn delivery_ids_sort_by_time() {
+        assert!(Delivery::new_id(9) < Delivery::new_id(10));
+        assert!(Delivery::new_id(1_000) < Delivery::new_id(999_999_999_999));
+    }
+}

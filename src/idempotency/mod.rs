@@ -1,0 +1,174 @@
+//! The claim protocol: claim a key before the money moves, finalize it with the response, replay
+//! that response to every duplicate. See the state table in the crate docs.
+
+use serde::Serialize;
+
+use crate::domain::IdempotencyKey;
+use crate::store::StoreError;
+
+/// Who holds a claim. Finalize and release are conditioned on it, so an invocation whose lease
+/// expired (a zombie) cannot overwrite the work of the one that took over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    pub fn generate() -> Self {
+        OwnerToken(uuid::Uuid::new_v4().simple().to_string())
+    }
+    pub fn from_stored(text: String) -> Self {
+        OwnerToken(text)
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The answer the first completed attempt gave, replayed byte for byte to duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub body: String,
+}
+
+/// A claim as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRecord {
+    pub key: IdempotencyKey,
+    pub state: ClaimState,
+    /// What the operation moves (`account|amount|currency`…): the same key with other money
+    /// fields is a conflict, not a duplicate.
+    pub fingerprint: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimState {
+    InProgress { owner: OwnerToken, lease_expires_at_ms: i64 },
+    Done(StoredResponse),
+}
+
+/// What the caller of [`Claims::claim`] must do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// We own the key: perform the movement, then finalize with `token`. `took_over` says an
+    /// earlier attempt's lease expired first, so some steps may already be done (each step is
+    /// idempotent by the key, so running them again is safe and cheap).
+    Claimed { token: OwnerToken, took_over: bool },
+    /// Already done: answer this, move nothing.
+    Replay(StoredResponse),
+    /// Another attempt holds a live lease: answer retryable, move nothing.
+    InFlight { retry_after_ms: i64 },
+    /// The key was claimed for different money: answer 422, move nothing.
+    Conflict { stored_fingerprint: String },
+}
+
+/// What to do about an existing claim that made our conditional put fail. Pure, so every branch
+/// is unit-tested without a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Existing {
+    Decided(ClaimOutcome),
+    /// The lease expired: try to take over from this owner (the takeover is itself conditioned
+    /// on that owner and the expiry, so two takers cannot both win).
+    TakeOver { previous_owner: OwnerToken },
+}
+
+pub fn judge_existing(existing: &ClaimRecord, fingerprint: &str, now_ms: i64) -> Existing {
+    if existing.fingerprint != fingerprint {
+        return Existing::Decided(ClaimOutcome::Conflict {
+            stored_fingerprint: existing.fingerprint.clone(),
+        });
+    }
+    match &existing.state {
+        ClaimState::Done(response) => Existing::Decided(ClaimOutcome::Replay(response.clone())),
+        // A live lease: the holder may be mid-charge; only time (or its finalize) settles it.
+        ClaimState::InProgress { lease_expires_at_ms, .. } if *lease_expires_at_ms > now_ms => {
+            Existing::Decided(ClaimOutcome::InFlight {
+                retry_after_ms: lease_expires_at_ms - now_ms,
+            })
+        }
+        // Expired: the holder crashed or timed out; its steps are resumable by the key.
+        ClaimState::InProgress { owner, .. } => {
+            Existing::TakeOver { previous_owner: owner.clone() }
+        }
+    }
+}
+
+/// How a finalize went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalizeOutcome {
+    Done,
+    /// Our lease was taken over; the successor's answer (if it finished) is the one that stands.
+    Superseded(Option<StoredResponse>),
+}
+
+/// The idempotency capability the pipeline needs.
+#[allow(async_fn_in_trait)]
+pub trait Claims {
+    /// Claims `key` for `lease_ms`. One conditional write; duplicates learn what to do next.
+    async fn claim(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &str,
+        lease_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Marks the claim DONE with `response`, only if `token` still owns it.
+    async fn finalize(
+        &self,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        response: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError>;
+
+    /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only for attempts
+    /// that surely moved nothing. Returns whether it was ours to delete.
+    async fn release(&self, key: &IdempotencyKey, token: &OwnerToken) -> Result<bool, StoreError>;
+
+    /// Reads a claim (operators, reconciliation, tests).
+    async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: ClaimState) -> ClaimRecord {
+        ClaimRecord {
+            key: IdempotencyKey::from_stored("generic:payment:p".into()),
+            state,
+            fingerprint: "fp".into(),
+        }
+    }
+
+    #[test]
+    fn done_claims_replay_their_response() {
+        let stored = StoredResponse { status: 200, body: "{}".into() };
+        let r = record(ClaimState::Done(stored.clone()));
+        assert_eq!(judge_existing(&r, "fp", 0), Existing::Decided(ClaimOutcome::Replay(stored)));
+    }
+
+    #[test]
+    fn live_leases_are_in_flight_and_expired_ones_are_taken_over() {
+        let owner = OwnerToken::from_stored("a".into());
+        let r = record(ClaimState::InProgress { owner: owner.clone(), lease_expires_at_ms: 1_000 });
+        assert_eq!(
+            judge_existing(&r, "fp", 400),
+            Existing::Decided(ClaimOutcome::InFlight { retry_after_ms: 600 })
+        );
+        assert_eq!(judge_existing(&r, "fp", 1_000), Existing::TakeOver { previous_owner: owner });
+    }
+
+    #[test]
+    fn other_money_under_the_same_key_is_a_conflict_in_any_state() {
+        let done = record(ClaimState::Done(StoredResponse { status: 200, body: "{}".into() }));
+        let live = record(ClaimState::InProgress {
+            owner: OwnerToken::from_stored("a".into()),
+            lease_expires_at_ms: i64::MAX,
+        });
+        for r in [done, live] {
+            assert_eq!(
+                judge_existing(&r, "other", 0),
+                Existing::Decided(ClaimOutcome::Conflict { stored_fingerprint: "fp".into() })
+            );
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! # payhook
+//!
+//! An AWS Lambda (and a local HTTP server) that receives payment-provider webhooks and turns
+//! their at-least-once delivery into **exactly-once money movement**, with DynamoDB conditional
+//! writes as the referee.
+//!
+//! Providers retry, redeliver, reorder and arrive late; check-then-act double-credits under
+//! concurrency. So every money movement first **claims** its key
+//! (`{provider}:{operation}:{reference}`) with one conditional `PutItem`
+//! (`attribute_not_exists`). Exactly one claim wins and moves the money; every duplicate gets the
+//! **stored response** replayed. Each step after the claim is idempotent by the same key, so an
+//! invocation that dies between any two writes is finished by the next attempt, never repeated.
+//!
+//! # Layout
+//!
+//! - [`domain`]: money (minor units + ISO currency), keys, normalised events, payment states.
+//! - [`providers`]: one adapter per provider: verify the raw body, map it to a normalised event.
+//! - [`pipeline`]: claim -> payment transition -> ledger entry -> finalize -> log.
+//! - [`idempotency`]: the claim outcome enum and the pure decision over an existing claim.
+//! - [`ledger`]: payment transitions and postings, and how a failed condition is judged.
+//! - [`eventlog`]: the append-only delivery log and its queries.
+//! - [`store`]: the only code that speaks DynamoDB ([`store::dynamodb`]), one module per table.
+//! - [`http`]: the axum router shared by `payhook serve` and the Lambda runtime.
+//! - [`config`]: environment, read once.
+//! - [`cli`]: the `payhook` command line.
+//!
+//! # The idempotency protocol
+//!
+//! | claim state          | event                          | write (one conditional statement)                      | next state            |
+//! |----------------------|--------------------------------|--------------------------------------------------------|-----------------------|
+//! | absent               | delivery                       | `PutItem` if `attribute_not_exists(pk)`                | IN_PROGRESS(owner, lease) |
+//! | IN_PROGRESS, live    | duplicate                      | none: answer 409 + `Retry-After`                       | unchanged             |
+//! | IN_PROGRESS, expired | duplicate or retry             | `UpdateItem` owner if `owner = old AND lease <= now`   | IN_PROGRESS(new owner) |
+//! | IN_PROGRESS(owner)   | money moved                    | `UpdateItem` DONE + response if `owner = me`           | DONE(response)        |
+//! | IN_PROGRESS(owner)   | nothing moved (mismatch, parked) | `DeleteItem` if `owner = me AND IN_PROGRESS`         | absent                |
+//! | DONE                 | duplicate                      | none: replay the stored response                       | unchanged             |
+//! | any                  | same key, other money          | none: answer 422 `reference_conflict`                  | unchanged             |
+//!
+//! Between claim and finalize, the steps are: the payment's transition (`status IN (sources)`,
+//! recording the key that moved it) and the ledger entry (`PutItem` keyed by the key). A retry
+//! that finds a step's condition false *and* its key recorded knows the step was its own, and
+//! goes on. Balances are sums of entries, never a bare `ADD` a retry could repeat.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod eventlog;
+pub mod http;
+pub mod idempotency;
+pub mod ledger;
+pub mod pipeline;
+pub mod providers;
+pub mod store;

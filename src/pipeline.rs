@@ -1,0 +1,372 @@
+//! The processing pipeline: claim -> move the money -> finalize -> log, for every delivery.
+//! Knows neither HTTP nor DynamoDB: it answers with an [`Answer`] (status + body) that the http
+//! layer sends and the claim stores for replay.
+
+use serde::Serialize;
+
+use crate::domain::{
+    now_ms, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, RefundFacts,
+};
+use crate::eventlog::{Delivery, EventLog, Outcome};
+use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, StoredResponse};
+use crate::ledger::{
+    Ledger, Mismatch, PaidOutcome, Payments, Posting, RefundOutcome, StateOutcome,
+};
+use crate::store::StoreError;
+
+/// Everything the pipeline needs from a store.
+pub trait Store: Claims + Payments + Ledger + EventLog {}
+impl<T: Claims + Payments + Ledger + EventLog> Store for T {}
+
+/// What to answer, and what to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+    /// A stored response replayed to a duplicate (`Idempotent-Replayed: true`).
+    pub replayed: bool,
+    pub retry_after_s: Option<u64>,
+    pub outcome: Outcome,
+    pub delivery_id: String,
+}
+
+impl Answer {
+    fn json(status: u16, body: &impl Serialize, outcome: Outcome) -> Self {
+        let body = serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned());
+        Answer { status, body, replayed: false, retry_after_s: None, outcome, delivery_id: String::new() }
+    }
+
+    fn retry_after(mut self, ms: i64) -> Self {
+        self.retry_after_s = Some(u64::try_from(ms.max(1_000) / 1_000).unwrap_or(1));
+        self
+    }
+
+    fn replay(stored: StoredResponse) -> Self {
+        Answer {
+            status: stored.status,
+            body: stored.body,
+            replayed: true,
+            retry_after_s: None,
+            outcome: Outcome::Replayed,
+            delivery_id: String::new(),
+        }
+    }
+}
+
+/// The pipeline failed to reach a decision; the provider should retry (5xx). Any claim taken
+/// is kept: the outcome of the step that failed is unknown, and the retry resumes by the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("store unavailable")]
+    Store(#[from] StoreError),
+}
+
+/// One delivery to process.
+#[derive(Debug, Clone)]
+pub struct Delivered<'a> {
+    pub event: &'a NormalisedEvent,
+    pub raw_body: &'a str,
+    pub received_at_ms: i64,
+    /// How long our claim may be held before another attempt may take over.
+    pub lease_ms: i64,
+    /// For replays: the stored delivery's id, and who started the replay.
+    pub replay_of: Option<String>,
+    pub started_by: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Applied<'a> {
+    status: &'static str,
+    key: &'a str,
+    reference: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_reference: Option<&'a str>,
+    account: &'a str,
+    amount: i64,
+    currency: &'a str,
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    error: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mismatch: Option<&'a Mismatch>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_s: Option<i64>,
+}
+
+impl<'a> Problem<'a> {
+    fn new(error: &'a str, message: impl Into<String>, key: Option<&'a IdempotencyKey>) -> Self {
+        Problem { error, message: message.into(), key: key.map(|k| k.as_str()), mismatch: None, retry_after_s: None }
+    }
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    status: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_status: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_type: Option<&'a str>,
+}
+
+/// How a claimed attempt ended.
+enum Settled {
+    /// Money moved (or was found moved under our key): finalize, store this answer.
+    Final(Answer),
+    /// Surely nothing moved (a mismatch, a refund before its payment): release the claim so the
+    /// right event (or a redelivery) can still apply, and answer this.
+    NothingMoved(Answer),
+}
+
+/// Seconds a provider is asked to wait before redelivering a parked refund.
+const PARKED_RETRY_MS: i64 = 30_000;
+
+pub struct Pipeline<S> {
+    store: S,
+}
+
+impl<S: Store> Pipeline<S> {
+    pub fn new(store: S) -> Self {
+        Pipeline { store }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Processes one delivery and logs it. On error nothing is answered but 5xx, and a claim
+    /// taken is kept for the retry to resume.
+    pub async fn process(&self, d: Delivered<'_>) -> Result<Answer, PipelineError> {
+        let mut answer = match self.decide(&d).await {
+            Ok(a) => a,
+            Err(e) => {
+                // Best effort: record that this delivery failed, for operators and reconciliation.
+                let failed = Answer::json(503, &Problem::new("store_unavailable", "retry later", None), Outcome::Failed);
+                if let Err(log_err) = self.store.append(&delivery(&d, &failed)).await {
+                    tracing::warn!(error = %log_err, "could not log a failed delivery");
+                }
+                return Err(e);
+            }
+        };
+        let record = delivery(&d, &answer);
+        self.store.append(&record).await?;
+        answer.delivery_id = record.id;
+        Ok(answer)
+    }
+
+    async fn decide(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
+        let ev = d.event;
+        match &ev.kind {
+            EventKind::Ignored => Ok(Answer::json(
+                200,
+                &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) },
+                Outcome::Ignored,
+            )),
+            EventKind::PaymentState { facts, to } => {
+                let answer = match self.store.move_state(ev.provider, facts, *to).await? {
+                    StateOutcome::Applied(p) => state_answer("applied", &p.reference, p.status.as_str(), Outcome::Applied),
+                    // Already at or past that state: a late or duplicate event changes nothing.
+                    StateOutcome::Stale(p) => {
+                        let status = p.as_ref().map_or("UNKNOWN", |p| p.status.as_str());
+                        state_answer("stale", &facts.reference, status, Outcome::Stale)
+                    }
+                    StateOutcome::Mismatch(m, _) => conflict(None, &m),
+                };
+                Ok(answer)
+            }
+            EventKind::PaymentSucceeded(_) | EventKind::RefundSucceeded(_) => self.money(d).await,
+        }
+    }
+
+    /// The claim protocol around one money movement.
+    async fn money(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
+        let ev = d.event;
+        let (key, fingerprint) = match (&ev.kind, ev.key()) {
+            (EventKind::PaymentSucceeded(p), Some(k)) => (k, payment_fingerprint(p)),
+            (EventKind::RefundSucceeded(r), Some(k)) => (k, refund_fingerprint(r)),
+            _ => return Ok(Answer::json(200, &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) }, Outcome::Ignored)),
+        };
+        let token = match self.store.claim(&key, &fingerprint, d.lease_ms).await? {
+            ClaimOutcome::Claimed { token, took_over } => {
+                if took_over {
+                    tracing::info!(key = %key, "took over an expired claim; resuming its steps");
+                }
+                token
+            }
+            ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
+            ClaimOutcome::InFlight { retry_after_ms } => {
+                let mut p = Problem::new("in_flight", "this operation is being processed; retry later", Some(&key));
+                p.retry_after_s = Some(retry_after_ms.max(1_000) / 1_000);
+                return Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(retry_after_ms));
+            }
+            ClaimOutcome::Conflict { .. } => {
+                let p = Problem::new(
+                    "reference_conflict",
+                    "this reference was already used for a different amount, currency or account",
+                    Some(&key),
+                );
+                return Ok(Answer::json(422, &p, Outcome::Conflict));
+            }
+        };
+        match self.apply(ev, &key).await? {
+            Settled::Final(answer) => {
+                let stored = StoredResponse { status: answer.status, body: answer.body.clone() };
+                match self.store.finalize(&key, &token, &stored).await? {
+                    FinalizeOutcome::Done => Ok(answer),
+                    // Our lease expired and a successor finished first: its answer stands.
+                    FinalizeOutcome::Superseded(Some(theirs)) => Ok(Answer::replay(theirs)),
+                    // A successor holds the claim and has not finished: it will.
+                    FinalizeOutcome::Superseded(None) => {
+                        let p = Problem::new("in_flight", "superseded by a newer attempt", Some(&key));
+                        Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(1_000))
+                    }
+                }
+            }
+            Settled::NothingMoved(answer) => {
+                self.store.release(&key, &token).await?;
+                Ok(answer)
+            }
+        }
+    }
+
+    /// The money movement itself: payment transition, then the ledger entry. Each step is
+    /// idempotent by `key`, so a resumed attempt re-runs them safely.
+    async fn apply(&self, ev: &NormalisedEvent, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+        match &ev.kind {
+            EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
+            EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
+            EventKind::PaymentState { .. } | EventKind::Ignored => {
+                Ok(Settled::NothingMoved(Answer::json(200, &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) }, Outcome::Ignored)))
+            }
+        }
+    }
+
+    async fn credit(&self, ev: &NormalisedEvent, p: &PaymentFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+        match self.store.mark_paid(ev.provider, p, key).await? {
+            PaidOutcome::Applied(_) => {}
+            PaidOutcome::AlreadyApplied(_) => tracing::info!(key = %key, "payment step already done; resuming"),
+            PaidOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            PaidOutcome::NotPayable(rec) => {
+                let p = Problem::new(
+                    "payment_not_payable",
+                    format!("payment is {}; a success for it needs a human", rec.status),
+                    Some(key),
+                );
+                return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
+            }
+        }
+        let posting = Posting {
+            key: key.clone(),
+            account: p.account.clone(),
+            currency: p.money.currency,
+            amount_minor: p.money.amount.get(),
+            reference: p.reference.clone(),
+            posted_at_ms: now_ms(),
+        };
+        self.store.post(&posting).await?;
+        let body = Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: p.reference.as_str(),
+            payment_reference: None,
+            account: p.account.as_str(),
+            amount: p.money.amount.get(),
+            currency: p.money.currency.as_str(),
+        };
+        Ok(Settled::Final(Answer::json(200, &body, Outcome::Applied)))
+    }
+
+    async fn debit(&self, ev: &NormalisedEvent, r: &RefundFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+        let payment = match self.store.refund(ev.provider, r, key).await? {
+            RefundOutcome::Applied(p) => p,
+            RefundOutcome::AlreadyApplied(p) => {
+                tracing::info!(key = %key, "refund step already done; resuming");
+                p
+            }
+            // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
+            RefundOutcome::NotYetPaid(_) => {
+                let mut p = Problem::new("payment_not_paid", "the refunded payment is not PAID yet; retry later", Some(key));
+                p.retry_after_s = Some(PARKED_RETRY_MS / 1_000);
+                return Ok(Settled::NothingMoved(Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)));
+            }
+            RefundOutcome::Refused { reason, payment } => {
+                let p = Problem::new(reason, format!("refund refused; payment is {}", payment.status), Some(key));
+                return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
+            }
+            RefundOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+        };
+        let Some(account) = payment.account.clone() else {
+            let p = Problem::new("payment_without_account", "the paid payment has no account to debit", Some(key));
+            return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
+        };
+        let posting = Posting {
+            key: key.clone(),
+            account: account.clone(),
+            currency: r.money.currency,
+            amount_minor: -r.money.amount.get(),
+            reference: r.payment_reference.clone(),
+            posted_at_ms: now_ms(),
+        };
+        self.store.post(&posting).await?;
+        let body = Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: r.refund_reference.as_str(),
+            payment_reference: Some(r.payment_reference.as_str()),
+            account: account.as_str(),
+            amount: r.money.amount.get(),
+            currency: r.money.currency.as_str(),
+        };
+        Ok(Settled::Final(Answer::json(200, &body, Outcome::Applied)))
+    }
+}
+
+fn state_answer(status: &str, reference: &crate::domain::Reference, payment_status: &str, outcome: Outcome) -> Answer {
+    Answer::json(
+        200,
+        &Status { status, reference: Some(reference.as_str()), payment_status: Some(payment_status), event_type: None },
+        outcome,
+    )
+}
+
+fn conflict(key: Option<&IdempotencyKey>, m: &Mismatch) -> Answer {
+    let mut p = Problem::new(
+        "reference_conflict",
+        format!("{} differs from the registered payment", m.field),
+        key,
+    );
+    p.mismatch = Some(m);
+    Answer::json(422, &p, Outcome::Conflict)
+}
+
+/// What a payment key moves: the same key with another fingerprint is a conflict.
+pub fn payment_fingerprint(p: &PaymentFacts) -> String {
+    format!("payment|{}|{}|{}", p.account, p.money.amount.get(), p.money.currency)
+}
+
+pub fn refund_fingerprint(r: &RefundFacts) -> String {
+    format!("refund|{}|{}|{}", r.payment_reference, r.money.amount.get(), r.money.currency)
+}
+
+fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {
+    Delivery {
+        id: Delivery::new_id(d.received_at_ms),
+        provider: d.event.provider,
+        event_id: d.event.event_id.clone(),
+        event_type: d.event.event_type.clone(),
+        key: d.event.key(),
+        reference: d.event.reference().cloned(),
+        outcome: answer.outcome,
+        http_status: answer.status,
+        received_at_ms: d.received_at_ms,
+        raw_body: d.raw_body.to_owned(),
+        replay_of: d.replay_of.clone(),
+        started_by: d.started_by.clone(),
+    }
+}

@@ -1,0 +1,199 @@
+//! The delivery log table, append-only.
+//!
+//! Item: `pk` = `ref#{provider}#{reference}` (or `evt#{provider}#{event id}` for events without a
+//! reference), `sk` = delivery id (`{epoch ms:013}-{uuid}`, so it sorts by arrival). Indexes, all
+//! sorted by `sk`: `by_event` (`{provider}#{event id}`), `by_time` (UTC day) and `by_outcome`
+//! (`{outcome}#{day}`), so time-range and outcome queries read one day's partition at a time
+//! instead of scanning the table.
+
+use super::item::{n, s, unavailable, Item, Reader};
+use super::DynamoStore;
+use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
+use crate::eventlog::{utc_day, Delivery, EventLog, LogFilter, LogPage, Outcome};
+use crate::store::StoreError;
+
+/// Greater than any delivery id (ids start with digits).
+const TOP: &str = "~";
+const DAY_MS: i64 = 86_400_000;
+
+fn partition_of(d: &Delivery) -> String {
+    match &d.reference {
+        Some(r) => format!("ref#{}#{r}", d.provider),
+        None => format!("evt#{}#{}", d.provider, d.event_id),
+    }
+}
+
+fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
+    let r = Reader::new(item, table);
+    Ok(Delivery {
+        id: r.str("sk")?.to_owned(),
+        provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
+        event_id: r.str("event_id")?.to_owned(),
+        event_type: r.str("event_type")?.to_owned(),
+        key: r.opt_str("key").map(|k| IdempotencyKey::from_stored(k.to_owned())),
+        reference: r.opt_str("reference").map(Reference::parse).transpose().map_err(|_| r.corrupt("reference"))?,
+        outcome: r.parsed("outcome", |t| Outcome::parse(t).ok_or(()))?,
+        http_status: u16::try_from(r.num("http_status")?).map_err(|_| r.corrupt("http_status"))?,
+        received_at_ms: r.num("received_at_ms")?,
+        raw_body: r.str("raw_body")?.to_owned(),
+        replay_of: r.opt_str("replay_of").map(str::to_owned),
+        started_by: r.opt_str("started_by").map(str::to_owned),
+    })
+}
+
+fn matches(d: &Delivery, f: &LogFilter) -> bool {
+    f.provider.is_none_or(|p| p == d.provider)
+        && f.reference.as_ref().is_none_or(|r| d.reference.as_ref() == Some(r))
+        && f.event_id.as_ref().is_none_or(|e| *e == d.event_id)
+        && f.outcome.is_none_or(|o| o == d.outcome)
+}
+
+/// One partition to read newest-first: table or index, hash attribute and value.
+struct Partition {
+    index: Option<&'static str>,
+    hash_attr: &'static str,
+    hash: String,
+}
+
+impl DynamoStore {
+    /// Reads `partition` newest first below `upper` (exclusive) down to `lower` (inclusive),
+    /// keeping deliveries that match `filter`, until `want` are found.
+    async fn read_partition(
+        &self,
+        p: &Partition,
+        upper: &str,
+        lower: &str,
+        want: usize,
+        filter: &LogFilter,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let table = &self.tables.events;
+        let mut found = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(table)
+                .set_index_name(p.index.map(str::to_owned))
+                .key_condition_expression("#h = :h AND sk BETWEEN :lo AND :hi")
+                .expression_attribute_names("#h", p.hash_attr)
+                .expression_attribute_values(":h", s(p.hash.as_str()))
+                .expression_attribute_values(":lo", s(lower))
+                .expression_attribute_values(":hi", s(upper))
+                .scan_index_forward(false)
+                .limit(i32::try_from(want.clamp(1, 500)).unwrap_or(500))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| unavailable("Query", table, e))?;
+            for item in out.items() {
+                let d = to_delivery(item, table)?;
+                // BETWEEN is inclusive; the upper bound (a cursor) must be exclusive.
+                if d.id.as_str() < upper && matches(&d, filter) {
+                    found.push(d);
+                }
+            }
+            start = out.last_evaluated_key;
+            if found.len() >= want || start.is_none() {
+                return Ok(found);
+            }
+        }
+    }
+
+    fn day_partitions(&self, index: &'static str, attr: &'static str, prefix: &str, since_ms: i64, until_ms: i64) -> Vec<Partition> {
+        let mut parts = Vec::new();
+        let mut day_ms = until_ms.saturating_sub(1);
+        while day_ms >= since_ms.div_euclid(DAY_MS) * DAY_MS {
+            parts.push(Partition { index: Some(index), hash_attr: attr, hash: format!("{prefix}{}", utc_day(day_ms)) });
+            day_ms -= DAY_MS;
+        }
+        parts
+    }
+
+    /// The partitions a filter needs, and whether they are disjoint in time and newest first
+    /// (day buckets), so reading can stop early, or overlapping (providers), so all are merged.
+    fn plan(&self, f: &LogFilter) -> (Vec<Partition>, bool) {
+        let providers: Vec<ProviderId> = f.provider.map_or_else(|| ProviderId::ALL.to_vec(), |p| vec![p]);
+        if let Some(r) = &f.reference {
+            let parts = providers
+                .iter()
+                .map(|p| Partition { index: None, hash_attr: "pk", hash: format!("ref#{p}#{r}") })
+                .collect();
+            return (parts, false);
+        }
+        if let Some(e) = &f.event_id {
+            let parts = providers
+                .iter()
+                .map(|p| Partition { index: Some("by_event"), hash_attr: "event_key", hash: format!("{p}#{e}") })
+                .collect();
+            return (parts, false);
+        }
+        let until = f.until_ms.unwrap_or_else(|| now_ms() + DAY_MS);
+        let since = f.since_ms.unwrap_or_else(|| until - self.settings.log_retention_s * 1000);
+        let parts = match f.outcome {
+            Some(o) => self.day_partitions("by_outcome", "outcome_bucket", &format!("{o}#"), since, until),
+            None => self.day_partitions("by_time", "time_bucket", "", since, until),
+        };
+        (parts, true)
+    }
+}
+
+impl EventLog for DynamoStore {
+    async fn append(&self, d: &Delivery) -> Result<(), StoreError> {
+        let table = &self.tables.events;
+        let day = utc_day(d.received_at_ms);
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", s(partition_of(d)))
+            .item("sk", s(d.id.as_str()))
+            .item("event_key", s(format!("{}#{}", d.provider, d.event_id)))
+            .item("time_bucket", s(day.as_str()))
+            .item("outcome_bucket", s(format!("{}#{day}", d.outcome)))
+            .item("provider", s(d.provider.as_str()))
+            .item("event_id", s(d.event_id.as_str()))
+            .item("event_type", s(d.event_type.as_str()))
+            .item("outcome", s(d.outcome.as_str()))
+            .item("http_status", n(i64::from(d.http_status)))
+            .item("received_at_ms", n(d.received_at_ms))
+            .item("raw_body", s(d.raw_body.as_str()))
+            .item("expires_at_s", n(expires_at_s(d.received_at_ms, self.settings.log_retention_s)))
+            // Append-only: a delivery id is written once.
+            .condition_expression("attribute_not_exists(sk)");
+        for (name, value) in [
+            ("key", d.key.as_ref().map(|k| k.to_string())),
+            ("reference", d.reference.as_ref().map(|r| r.to_string())),
+            ("replay_of", d.replay_of.clone()),
+            ("started_by", d.started_by.clone()),
+        ] {
+            if let Some(v) = value {
+                put = put.item(name, s(v));
+            }
+        }
+        put.send().await.map_err(|e| unavailable("PutItem", table, e))?;
+        Ok(())
+    }
+
+    async fn query(&self, filter: &LogFilter, limit: usize, cursor: Option<&str>) -> Result<LogPage, StoreError> {
+        let limit = limit.max(1);
+        let until_key = filter.until_ms.map(|u| format!("{u:013}"));
+        let upper = [cursor, until_key.as_deref()].into_iter().flatten().min().unwrap_or(TOP).to_owned();
+        let lower = filter.since_ms.map(|s| format!("{s:013}")).unwrap_or_else(|| "0".into());
+        let (parts, ordered) = self.plan(filter);
+        let mut found = Vec::new();
+        for p in &parts {
+            let want = if ordered { limit + 1 - found.len().min(limit) } else { limit + 1 };
+            found.extend(self.read_partition(p, &upper, &lower, want, filter).await?);
+            // Day buckets are newest first and disjoint: once we hold a page, older days can wait.
+            if ordered && found.len() > limit {
+                break;
+            }
+        }
+        found.sort_by(|a, b| b.id.cmp(&a.id));
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let next = if more { found.last().map(|d| d.id.clone()) } else { None };
+        Ok(LogPage { deliveries: found, next })
+    }
+}

@@ -1,0 +1,149 @@
+//! Attribute-value plumbing shared by the table modules: building values, reading typed fields
+//! with a `Corrupt` error that names the item, and telling a failed condition from a failure.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::store::StoreError;
+
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Wraps any SDK failure as retryable, keeping it as the source.
+pub(crate) fn unavailable<E>(operation: &'static str, table: &str, err: E) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    StoreError::Unavailable { operation, table: table.to_owned(), source: Box::new(err) }
+}
+
+/// Service errors that can mean "your condition was false".
+pub(crate) trait ConditionFailure {
+    /// `Some(item)` when this is ConditionalCheckFailed; the item is the ALL_OLD image when the
+    /// server honours `ReturnValuesOnConditionCheckFailure` (DynamoDB, moto) and `None` when it
+    /// does not (dynalite), in which case callers read the item with a consistent GetItem.
+    fn condition_item(&self) -> Option<Option<Item>>;
+}
+
+impl ConditionFailure for PutItemError {
+    fn condition_item(&self) -> Option<Option<Item>> {
+        match self {
+            PutItemError::ConditionalCheckFailedException(e) => Some(e.item().cloned()),
+            _ => None,
+        }
+    }
+}
+
+impl ConditionFailure for UpdateItemError {
+    fn condition_item(&self) -> Option<Option<Item>> {
+        match self {
+            UpdateItemError::ConditionalCheckFailedException(e) => Some(e.item().cloned()),
+            _ => None,
+        }
+    }
+}
+
+impl ConditionFailure for DeleteItemError {
+    fn condition_item(&self) -> Option<Option<Item>> {
+        match self {
+            DeleteItemError::ConditionalCheckFailedException(e) => Some(e.item().cloned()),
+            _ => None,
+        }
+    }
+}
+
+/// Splits a write's error: a failed condition is an answer (`Ok(old item if returned)`),
+/// anything else is `StoreError::Unavailable`.
+pub(crate) fn condition_failed<E, R>(
+    err: SdkError<E, R>,
+    operation: &'static str,
+    table: &str,
+) -> Result<Option<Item>, StoreError>
+where
+    E: ConditionFailure + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if let Some(item) = err.as_service_error().and_then(ConditionFailure::condition_item) {
+        return Ok(item);
+    }
+    Err(unavailable(operation, table, err))
+}
+
+/// Typed reads from one item, with errors that say which item and attribute was wrong.
+pub(crate) struct Reader<'a> {
+    item: &'a Item,
+    table: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(item: &'a Item, table: &'a str) -> Self {
+        Reader { item, table }
+    }
+
+    pub(crate) fn corrupt(&self, reason: impl Into<String>) -> StoreError {
+        let key = self.opt_str("pk").unwrap_or("?").to_owned();
+        StoreError::Corrupt { table: self.table.to_owned(), key, reason: reason.into() }
+    }
+
+    pub(crate) fn opt_str(&self, name: &str) -> Option<&'a str> {
+        match self.item.get(name) {
+            Some(AttributeValue::S(v)) => Some(v.as_str()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn str(&self, name: &str) -> Result<&'a str, StoreError> {
+        self.opt_str(name).ok_or_else(|| self.corrupt(format!("missing string {name}")))
+    }
+
+    pub(crate) fn opt_num(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        match self.item.get(name) {
+            Some(AttributeValue::N(v)) => {
+                v.parse().map(Some).map_err(|_| self.corrupt(format!("{name} is not an integer")))
+            }
+            Some(_) => Err(self.corrupt(format!("{name} is not a number"))),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn num(&self, name: &str) -> Result<i64, StoreError> {
+        self.opt_num(name)?.ok_or_else(|| self.corrupt(format!("missing number {name}")))
+    }
+
+    pub(crate) fn str_set(&self, name: &str) -> Vec<String> {
+        match self.item.get(name) {
+            Some(AttributeValue::Ss(v)) => v.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn list(&self, name: &str) -> &'a [AttributeValue] {
+        match self.item.get(name) {
+            Some(AttributeValue::L(v)) => v.as_slice(),
+            _ => &[],
+        }
+    }
+
+    /// Parses a string attribute with `parse`, naming the attribute when it fails.
+    pub(crate) fn parsed<T, E>(&self, name: &str, parse: impl Fn(&str) -> Result<T, E>) -> Result<T, StoreError> {
+        parse(self.str(name)?).map_err(|_| self.corrupt(format!("{name} is not valid")))
+    }
+}
+
+/// FNV-1a: a stable, dependency-free hash for picking a ledger shard by key (std's hasher is
+/// randomly seeded per process, which would scatter one key over shards across restarts).
+pub(crate) fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -1,0 +1,68 @@
+//! The only module that speaks the DynamoDB SDK. Each submodule owns one table: its item <-> type
+//! mapping sits beside the conditional writes that use it.
+//!
+//! Every write on the money path is a single conditional statement. When a condition fails we
+//! ask for the old item with `ReturnValuesOnConditionCheckFailure=ALL_OLD` (free on DynamoDB) and
+//! fall back to one consistent `GetItem` on servers that ignore it (dynalite).
+
+mod claims;
+mod events;
+pub(crate) mod item;
+mod ledger;
+mod payments;
+pub mod schema;
+mod tables;
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::Client;
+
+pub use schema::TableNames;
+
+/// Knobs the store needs besides table names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// How long DONE claims are kept (TTL). Must outlive every provider's retry horizon.
+    pub claim_retention_s: i64,
+    /// How long delivery-log entries are kept (TTL).
+    pub log_retention_s: i64,
+    /// Ledger write shards per account. Only ever grow it: reads sum shards `0..ledger_shards`.
+    pub ledger_shards: u32,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            claim_retention_s: 30 * 86_400,
+            log_retention_s: 90 * 86_400,
+            ledger_shards: 4,
+        }
+    }
+}
+
+/// DynamoDB-backed implementation of every store capability. Cheap to clone: the SDK client is
+/// an `Arc` inside, built once per process.
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    tables: Arc<TableNames>,
+    settings: StoreSettings,
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, tables: TableNames, settings: StoreSettings) -> Self {
+        DynamoStore { client, tables: Arc::new(tables), settings }
+    }
+
+    pub fn tables(&self) -> &TableNames {
+        &self.tables
+    }
+
+    pub fn settings(&self) -> StoreSettings {
+        self.settings
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}

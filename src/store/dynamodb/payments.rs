@@ -1,0 +1,362 @@
+//! The payments table: one item per `(provider, reference)`, moved only by conditional writes
+//! whose condition is the state machine's allowed sources.
+//!
+//! Item: `pk` = `{provider}#{reference}`, `status`, `account`, `amount_minor`, `currency`,
+//! `refundable_minor`, `refunded_minor`, `refund_keys` (string set), `paid_key`, `history` (list),
+//! `open` (sparse index) while PENDING/PROCESSING.
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+
+use super::item::{condition_failed, n, s, unavailable, Item, Reader};
+use super::DynamoStore;
+use crate::domain::{
+    now_ms, AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId,
+    Reference, RefundFacts, StateFacts,
+};
+use crate::ledger::{
+    judge_paid, judge_refund, judge_state, mismatch, ExpectedPayment, HistoryEntry, PaidOutcome,
+    PaymentRecord, Payments, RefundOutcome, RegisterOutcome, StateOutcome,
+};
+use crate::store::StoreError;
+
+fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
+    s(format!("{provider}#{reference}"))
+}
+
+fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
+    AttributeValue::L(vec![AttributeValue::M(
+        [("at_ms".to_owned(), n(at_ms)), ("status".to_owned(), s(status.as_str())), ("note".to_owned(), s(note))]
+            .into_iter()
+            .collect(),
+    )])
+}
+
+fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
+    let r = Reader::new(item, table);
+    let history = r
+        .list("history")
+        .iter()
+        .filter_map(|v| v.as_m().ok())
+        .map(|m| {
+            let h = Reader::new(m, table);
+            Ok(HistoryEntry {
+                at_ms: h.num("at_ms")?,
+                status: h.parsed("status", |t| PaymentStatus::parse(t).ok_or(()))?,
+                note: h.str("note")?.to_owned(),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(PaymentRecord {
+        provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
+        reference: r.parsed("reference", Reference::parse)?,
+        status: r.parsed("status", |t| PaymentStatus::parse(t).ok_or(()))?,
+        account: r.opt_str("account").map(AccountId::parse).transpose().map_err(|_| r.corrupt("account"))?,
+        amount_minor: r.opt_num("amount_minor")?,
+        currency: r.opt_str("currency").map(Currency::parse).transpose().map_err(|_| r.corrupt("currency"))?,
+        refunded_minor: r.opt_num("refunded_minor")?.unwrap_or(0),
+        refund_keys: r.str_set("refund_keys"),
+        paid_key: r.opt_str("paid_key").map(str::to_owned),
+        history,
+        created_at_ms: r.opt_num("created_at_ms")?.unwrap_or(0),
+        updated_at_ms: r.opt_num("updated_at_ms")?.unwrap_or(0),
+    })
+}
+
+/// `attribute_not_exists(a) OR a = :v` for each money field the event carries, so a payment
+/// registered with other money fails the transition's own condition.
+fn money_guard(
+    mut update: UpdateItemFluentBuilder,
+    account: Option<&AccountId>,
+    money: Option<&Money>,
+) -> (UpdateItemFluentBuilder, Vec<&'static str>, Vec<&'static str>) {
+    let mut conds = Vec::new();
+    let mut sets = Vec::new();
+    if let Some(a) = account {
+        update = update.expression_attribute_values(":acct", s(a.as_str()));
+        conds.push("(attribute_not_exists(account) OR account = :acct)");
+        sets.push("account = if_not_exists(account, :acct)");
+    }
+    if let Some(m) = money {
+        update = update
+            .expression_attribute_values(":amt", n(m.amount.get()))
+            .expression_attribute_values(":cur", s(m.currency.as_str()));
+        conds.push("(attribute_not_exists(amount_minor) OR amount_minor = :amt)");
+        conds.push("(attribute_not_exists(currency) OR currency = :cur)");
+        sets.push("amount_minor = if_not_exists(amount_minor, :amt)");
+        sets.push("currency = if_not_exists(currency, :cur)");
+    }
+    (update, conds, sets)
+}
+
+/// `#status IN (:s0, :s1…)` for the sources of a transition.
+fn status_in(mut update: UpdateItemFluentBuilder, sources: &[PaymentStatus]) -> (UpdateItemFluentBuilder, String) {
+    let names: Vec<String> = (0..sources.len()).map(|i| format!(":src{i}")).collect();
+    for (name, status) in names.iter().zip(sources) {
+        update = update.expression_attribute_values(name, s(status.as_str()));
+    }
+    (update, format!("#status IN ({})", names.join(", ")))
+}
+
+impl DynamoStore {
+    async fn read_payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
+        let table = &self.tables.payments;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", pk(provider, reference))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        out.item.map(|i| to_record(&i, table)).transpose()
+    }
+
+    /// Sends a conditional update; `Ok(Ok(new))` on success, `Ok(Err(old))` when the condition
+    /// failed (old read back if the server did not return it).
+    async fn conditional_update(
+        &self,
+        update: UpdateItemFluentBuilder,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let table = &self.tables.payments;
+        let result = update
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                let item = out.attributes.ok_or_else(|| StoreError::Corrupt {
+                    table: table.clone(),
+                    key: format!("{provider}#{reference}"),
+                    reason: "update returned no item".into(),
+                })?;
+                Ok(Ok(to_record(&item, table)?))
+            }
+            Err(e) => match condition_failed(e, "UpdateItem", table)? {
+                Some(old) => Ok(Err(Some(to_record(&old, table)?))),
+                None => Ok(Err(self.read_payment(provider, reference).await?)),
+            },
+        }
+    }
+
+    fn payment_update(&self, provider: ProviderId, reference: &Reference, now: i64) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.tables.payments)
+            .key("pk", pk(provider, reference))
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+    }
+
+    /// One refund attempt aimed at `target`: REFUNDED needs the remainder to equal the refund,
+    /// PARTIALLY_REFUNDED needs it to exceed it. DynamoDB conditions cannot add, so the remainder
+    /// is stored (`refundable_minor`) and compared directly.
+    async fn refund_to(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        key: &IdempotencyKey,
+        target: PaymentStatus,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let now = now_ms();
+        let remainder = if target == PaymentStatus::Refunded { "refundable_minor = :amt" } else { "refundable_minor > :amt" };
+        let update = self
+            .payment_update(provider, &facts.payment_reference, now)
+            .update_expression(
+                "SET #status = :to, refundable_minor = refundable_minor - :amt, \
+                 refunded_minor = refunded_minor + :amt, updated_at_ms = :now, \
+                 history = list_append(if_not_exists(history, :empty), :h) ADD refund_keys :keys",
+            )
+            .condition_expression(format!(
+                "attribute_exists(pk) AND #status IN (:paid, :partial) AND currency = :cur \
+                 AND NOT contains(refund_keys, :key) AND {remainder}"
+            ))
+            .expression_attribute_values(":to", s(target.as_str()))
+            .expression_attribute_values(":amt", n(facts.money.amount.get()))
+            .expression_attribute_values(":cur", s(facts.money.currency.as_str()))
+            .expression_attribute_values(":key", s(key.as_str()))
+            .expression_attribute_values(":keys", AttributeValue::Ss(vec![key.to_string()]))
+            .expression_attribute_values(":paid", s(PaymentStatus::Paid.as_str()))
+            .expression_attribute_values(":partial", s(PaymentStatus::PartiallyRefunded.as_str()))
+            .expression_attribute_values(":h", history(target, key.as_str(), now));
+        self.conditional_update(update, provider, &facts.payment_reference).await
+    }
+}
+
+impl Payments for DynamoStore {
+    async fn register(&self, expected: &ExpectedPayment) -> Result<RegisterOutcome, StoreError> {
+        let table = &self.tables.payments;
+        let now = now_ms();
+        let pending = PaymentStatus::Pending;
+        let result = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", pk(expected.provider, &expected.reference))
+            .item("provider", s(expected.provider.as_str()))
+            .item("reference", s(expected.reference.as_str()))
+            .item("status", s(pending.as_str()))
+            .item("open", s(pending.as_str()))
+            .item("account", s(expected.account.as_str()))
+            .item("amount_minor", n(expected.money.amount.get()))
+            .item("currency", s(expected.money.currency.as_str()))
+            .item("refunded_minor", n(0))
+            .item("refundable_minor", n(0))
+            .item("created_at_ms", n(now))
+            .item("updated_at_ms", n(now))
+            .item("history", history(pending, "registered", now))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let existing = match result {
+            Ok(_) => {
+                return self
+                    .read_payment(expected.provider, &expected.reference)
+                    .await?
+                    .map(RegisterOutcome::Created)
+                    .ok_or_else(|| StoreError::Corrupt {
+                        table: table.clone(),
+                        key: expected.reference.to_string(),
+                        reason: "registered payment vanished".into(),
+                    });
+            }
+            Err(e) => match condition_failed(e, "PutItem", table)? {
+                Some(old) => Some(to_record(&old, table)?),
+                None => self.read_payment(expected.provider, &expected.reference).await?,
+            },
+        };
+        let Some(existing) = existing else {
+            return Err(StoreError::Corrupt {
+                table: table.clone(),
+                key: expected.reference.to_string(),
+                reason: "condition failed on a missing item".into(),
+            });
+        };
+        Ok(match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
+            Some(m) => RegisterOutcome::Mismatch(m, existing),
+            None => RegisterOutcome::Exists(existing),
+        })
+    }
+
+    async fn mark_paid(
+        &self,
+        provider: ProviderId,
+        facts: &PaymentFacts,
+        key: &IdempotencyKey,
+    ) -> Result<PaidOutcome, StoreError> {
+        let now = now_ms();
+        let paid = PaymentStatus::Paid;
+        let update = self.payment_update(provider, &facts.reference, now);
+        let (update, money_conds, money_sets) = money_guard(update, Some(&facts.account), Some(&facts.money));
+        let (update, sources) = status_in(update, paid.sources_of());
+        let update = update
+            .update_expression(format!(
+                "SET #status = :to, provider = :prov, reference = :ref, {}, \
+                 refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
+                 created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
+                 history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
+                money_sets.join(", ")
+            ))
+            .condition_expression(format!(
+                "(attribute_not_exists(pk) OR {sources}) AND {}",
+                money_conds.join(" AND ")
+            ))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":to", s(paid.as_str()))
+            .expression_attribute_values(":prov", s(provider.as_str()))
+            .expression_attribute_values(":ref", s(facts.reference.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":key", s(key.as_str()))
+            .expression_attribute_values(":h", history(paid, key.as_str(), now));
+        Ok(match self.conditional_update(update, provider, &facts.reference).await? {
+            Ok(record) => PaidOutcome::Applied(record),
+            Err(old) => judge_paid(old, facts, key),
+        })
+    }
+
+    async fn move_state(
+        &self,
+        provider: ProviderId,
+        facts: &StateFacts,
+        to: PaymentStatus,
+    ) -> Result<StateOutcome, StoreError> {
+        let now = now_ms();
+        let update = self.payment_update(provider, &facts.reference, now);
+        let (update, money_conds, money_sets) = money_guard(update, facts.account.as_ref(), facts.money.as_ref());
+        let (update, sources) = status_in(update, to.sources_of());
+        // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
+        let open = if to == PaymentStatus::Processing { "SET #open = :to" } else { "REMOVE #open" };
+        let mut sets = vec![
+            "#status = :to", "provider = :prov", "reference = :ref",
+            "refunded_minor = if_not_exists(refunded_minor, :zero)",
+            "refundable_minor = if_not_exists(refundable_minor, :zero)",
+            "created_at_ms = if_not_exists(created_at_ms, :now)", "updated_at_ms = :now",
+            "history = list_append(if_not_exists(history, :empty), :h)",
+        ];
+        sets.extend(money_sets);
+        let mut conds = vec![format!("(attribute_not_exists(pk) OR {sources})")];
+        conds.extend(money_conds.into_iter().map(str::to_owned));
+        let (set_open, remove_open) = match open.strip_prefix("SET ") {
+            Some(set) => (format!(", {set}"), String::new()),
+            None => (String::new(), format!(" {open}")),
+        };
+        let update = update
+            .update_expression(format!("SET {}{set_open}{remove_open}", sets.join(", ")))
+            .condition_expression(conds.join(" AND "))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":to", s(to.as_str()))
+            .expression_attribute_values(":prov", s(provider.as_str()))
+            .expression_attribute_values(":ref", s(facts.reference.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":h", history(to, "state event", now));
+        Ok(match self.conditional_update(update, provider, &facts.reference).await? {
+            Ok(record) => StateOutcome::Applied(record),
+            Err(old) => judge_state(old, facts),
+        })
+    }
+
+    async fn refund(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        key: &IdempotencyKey,
+    ) -> Result<RefundOutcome, StoreError> {
+        // Full refunds are tried first (the common case); a partial one costs one more attempt.
+        // Concurrent refunds can change the remainder between attempts, so re-aim a few times
+        // from what the failed condition showed before judging.
+        let mut target = PaymentStatus::Refunded;
+        let mut last = None;
+        for _ in 0..4 {
+            match self.refund_to(provider, facts, key, target).await? {
+                Ok(record) => return Ok(RefundOutcome::Applied(record)),
+                Err(old) => last = old,
+            }
+            let amount = facts.money.amount.get();
+            let retarget = last.as_ref().and_then(|p| {
+                let remaining = p.amount_minor.unwrap_or(0) - p.refunded_minor;
+                let open = p.status.is_paid() && !p.refund_keys.iter().any(|k| k == key.as_str());
+                match remaining {
+                    // Another refund moved the remainder: aim again at what it is now.
+                    r if open && r == amount => Some(PaymentStatus::Refunded),
+                    r if open && r > amount => Some(PaymentStatus::PartiallyRefunded),
+                    _ => None,
+                }
+            });
+            match retarget {
+                Some(t) => target = t,
+                None => break,
+            }
+        }
+        Ok(judge_refund(last, facts, key))
+    }
+
+    async fn payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
+        self.read_payment(provider, reference).await
+    }
+}

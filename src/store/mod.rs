@@ -1,0 +1,22 @@
+//! Persistence. Only [`dynamodb`] knows the SDK; everything else sees the capability traits in
+//! `idempotency`, `ledger` and `eventlog`, and this error.
+
+pub mod dynamodb;
+
+/// A store call that did not give an answer we can act on. Every variant is retryable from the
+/// provider's point of view (we answer 5xx): nothing was decided, or what was decided is
+/// recoverable by the same key.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The call failed after the SDK's own retries (throttling, 5xx, timeout, network).
+    #[error("DynamoDB {operation} on {table} failed")]
+    Unavailable {
+        operation: &'static str,
+        table: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An item exists but does not have the shape this code writes: never guess with money.
+    #[error("item {key} in {table} is malformed: {reason}")]
+    Corrupt { table: String, key: String, reason: String },
+}

@@ -257,7 +257,7 @@ impl Payments for DynamoStore {
         let (update, sources) = status_in(update, paid.sources_of());
         let update = update
             .update_expression(format!(
-                "SET #status = :to, provider = :prov, reference = :ref, {}, \
+                "SET #status = :to, provider = :prov, #reference = :ref, {}, \
                  refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
                  created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
                  history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
@@ -268,6 +268,7 @@ impl Payments for DynamoStore {
                 money_conds.join(" AND ")
             ))
             .expression_attribute_names("#open", "open")
+            .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":to", s(paid.as_str()))
             .expression_attribute_values(":prov", s(provider.as_str()))
             .expression_attribute_values(":ref", s(facts.reference.as_str()))
@@ -293,7 +294,7 @@ impl Payments for DynamoStore {
         // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
         let open = if to == PaymentStatus::Processing { "SET #open = :to" } else { "REMOVE #open" };
         let mut sets = vec![
-            "#status = :to", "provider = :prov", "reference = :ref",
+            "#status = :to", "provider = :prov", "#reference = :ref",
             "refunded_minor = if_not_exists(refunded_minor, :zero)",
             "refundable_minor = if_not_exists(refundable_minor, :zero)",
             "created_at_ms = if_not_exists(created_at_ms, :now)", "updated_at_ms = :now",
@@ -310,6 +311,7 @@ impl Payments for DynamoStore {
             .update_expression(format!("SET {}{set_open}{remove_open}", sets.join(", ")))
             .condition_expression(conds.join(" AND "))
             .expression_attribute_names("#open", "open")
+            .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":to", s(to.as_str()))
             .expression_attribute_values(":prov", s(provider.as_str()))
             .expression_attribute_values(":ref", s(facts.reference.as_str()))

@@ -1,0 +1,182 @@
+//! Shared test harness: one dynalite per test process (or the endpoint already in
+//! `AWS_ENDPOINT_URL_DYNAMODB`), uniquely named tables per test, signed-request builders.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use axum::body::Body;
+use axum::http::Request;
+use payhook::cli::build_app;
+use payhook::config::Config;
+use payhook::http::App;
+use payhook::providers::generic::StandardWebhooks;
+use payhook::store::dynamodb::{DynamoStore, StoreSettings, TableNames};
+use tower::ServiceExt;
+
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const OTHER_SECRET: &str = "whsec_c2Vjb25kLXNlY3JldC1mb3ItdGVzdHM=";
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+/// Kept alive for the whole test process: its stdin closing (at exit) stops dynalite.
+static DYNALITE: Mutex<Option<Child>> = Mutex::new(None);
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The DynamoDB endpoint tests use: `AWS_ENDPOINT_URL_DYNAMODB` if set (dynalite started by the
+/// test command, or DynamoDB Local), else a dynalite started for this test process.
+pub fn endpoint() -> String {
+    ENDPOINT
+        .get_or_init(|| {
+            if let Ok(e) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
+                if !e.is_empty() {
+                    return e;
+                }
+            }
+            let root = env!("CARGO_MANIFEST_DIR");
+            let mut child = Command::new("node")
+                .arg(format!("{root}/scripts/dynalite.js"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start dynalite: run `npm ci` first");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("dynalite port");
+            let port: u16 = line.trim().parse().expect("dynalite printed its port");
+            *DYNALITE.lock().unwrap() = Some(child);
+            format!("http://127.0.0.1:{port}")
+        })
+        .clone()
+}
+
+/// A unique table prefix for one test, so tests run in parallel without sharing state.
+pub fn unique_prefix(name: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let rand: u32 = rand::random();
+    format!("t-{name}-{}-{n}-{rand:08x}", std::process::id())
+}
+
+/// An SDK config builder pointed at the test endpoint with dummy credentials.
+pub fn sdk_builder() -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+}
+
+pub fn settings() -> StoreSettings {
+    StoreSettings { ledger_shards: 4, ..StoreSettings::default() }
+}
+
+/// A store over freshly created, uniquely named tables.
+pub async fn store(name: &str) -> DynamoStore {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+    let tables = TableNames::with_prefix(&unique_prefix(name));
+    let client = aws_sdk_dynamodb::Client::from_conf(sdk_builder().build());
+    let store = DynamoStore::new(client, tables, settings());
+    store.create_tables().await.expect("create tables");
+    store
+}
+
+/// The same tables through a differently configured client (interceptors, faults).
+pub fn store_with(base: &DynamoStore, conf: aws_sdk_dynamodb::config::Builder) -> DynamoStore {
+    DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf.build()), base.tables().clone(), base.settings())
+}
+
+pub fn config(lease_ms: i64) -> Config {
+    Config::from_lookup(|name| match name {
+        "PAYHOOK_GENERIC_SECRETS" => Some(format!("{OTHER_SECRET} {SECRET}")),
+        "PAYHOOK_LEASE_MS" => Some(lease_ms.to_string()),
+        _ => None,
+    })
+    .unwrap()
+}
+
+pub fn app(store: DynamoStore, lease_ms: i64) -> Arc<App> {
+    build_app(&config(lease_ms), store)
+}
+
+pub fn now_s() -> i64 {
+    payhook::domain::now_ms() / 1000
+}
+
+/// A generic payment.succeeded body in the contract's shape.
+pub fn payment_body(event_id: &str, reference: &str, account: &str, amount: i64, currency: &str) -> String {
+    format!(
+        r#"{{"id":"{event_id}","type":"payment.succeeded","created":1764670000,"data":{{"reference":"{reference}","account":"{account}","amount":{amount},"currency":"{currency}"}}}}"#
+    )
+}
+
+pub fn event_body(event_id: &str, kind: &str, data: serde_json::Value) -> String {
+    serde_json::json!({"id": event_id, "type": kind, "created": 1764670000, "data": data}).to_string()
+}
+
+/// A request signed the Standard Webhooks way with `secret` at `ts_s`.
+pub fn signed_with(body: &str, secret: &str, ts_s: i64) -> Request<Body> {
+    let scheme = StandardWebhooks::from_env_value(secret, 300).unwrap();
+    let id = "msg_test";
+    Request::post("/webhooks/generic")
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts_s.to_string())
+        .header("webhook-signature", scheme.sign(id, ts_s, body.as_bytes()))
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+pub fn signed(body: &str) -> Request<Body> {
+    signed_with(body, SECRET, now_s())
+}
+
+/// A response, read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resp {
+    pub status: u16,
+    pub replayed: bool,
+    pub retry_after: Option<String>,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Sends a request through the real router (no network).
+pub async fn send(app: &Arc<App>, req: Request<Body>) -> Resp {
+    let res = payhook::http::router(app.clone()).oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let replayed = res.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
+    let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+    Resp { status, replayed, retry_after, body: String::from_utf8(bytes.to_vec()).unwrap() }
+}
+
+/// Every item of a table (tests only; the code never scans).
+pub async fn scan(store: &DynamoStore, table: &str) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    let mut items = Vec::new();
+    let mut pages = store.client().scan().table_name(table).consistent_read(true).into_paginator().items().send();
+    while let Some(item) = pages.next().await {
+        items.push(item.unwrap());
+    }
+    items
+}
+
+/// Item counts of all four tables, to assert "rejected input writes nothing".
+pub async fn counts(store: &DynamoStore) -> [usize; 4] {
+    let t = store.tables().clone();
+    [
+        scan(store, &t.idempotency).await.len(),
+        scan(store, &t.payments).await.len(),
+        scan(store, &t.ledger).await.len(),
+        scan(store, &t.events).await.len(),
+    ]
+}

@@ -10,6 +10,7 @@ mod events;
 pub(crate) mod item;
 mod ledger;
 mod payments;
+pub mod observe;
 pub mod schema;
 mod tables;
 

@@ -1,0 +1,86 @@
+//! An SDK interceptor that counts DynamoDB requests by operation. The benchmark reports requests
+//! per delivery with it and tests assert exact counts; the money path is the same code with or
+//! without it (it only reads).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_sdk_dynamodb::operation::{
+    create_table::CreateTableInput, delete_item::DeleteItemInput, describe_table::DescribeTableInput,
+    get_item::GetItemInput, put_item::PutItemInput, query::QueryInput, scan::ScanInput,
+    update_item::UpdateItemInput,
+};
+use aws_smithy_runtime_api::client::interceptors::context::Input;
+
+/// The operation name of a request, from its input type.
+fn operation(input: &Input) -> &'static str {
+    macro_rules! by_type {
+        ($($ty:ty => $name:literal),* $(,)?) => {
+            $(if input.downcast_ref::<$ty>().is_some() { return $name; })*
+        };
+    }
+    by_type!(
+        PutItemInput => "PutItem", UpdateItemInput => "UpdateItem", DeleteItemInput => "DeleteItem",
+        GetItemInput => "GetItem", QueryInput => "Query", ScanInput => "Scan",
+        CreateTableInput => "CreateTable", DescribeTableInput => "DescribeTable",
+    );
+    "other"
+}
+
+/// Counts operations (one per call, however many retry attempts it took).
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter {
+    counts: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+impl RequestCounter {
+    pub fn new() -> Self {
+        RequestCounter::default()
+    }
+
+    /// Counts so far by operation name (`PutItem`, `GetItem`, …).
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.counts.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub fn reset(&self) {
+        if let Ok(mut c) = self.counts.lock() {
+            c.clear();
+        }
+    }
+
+    pub fn get(&self, operation: &str) -> u64 {
+        self.snapshot().get(operation).copied().unwrap_or(0)
+    }
+
+    /// Writes: PutItem + UpdateItem + DeleteItem.
+    pub fn writes(&self) -> u64 {
+        ["PutItem", "UpdateItem", "DeleteItem"].iter().map(|o| self.get(o)).sum()
+    }
+
+    /// Reads: GetItem + Query.
+    pub fn reads(&self) -> u64 {
+        ["GetItem", "Query"].iter().map(|o| self.get(o)).sum()
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "payhook.RequestCounter"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = operation(context.input()).to_owned();
+        if let Ok(mut c) = self.counts.lock() {
+            *c.entry(op).or_default() += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,7 +1,10 @@
 //! Configuration, read once from the environment at start-up. Later code never reads env vars,
 //! so a bad value is one clear error at start, not a panic on some request.
 
+use crate::providers::flutterwave::{Flutterwave, ReferenceField};
 use crate::providers::generic::{Generic, StandardWebhooks};
+use crate::providers::paystack::Paystack;
+use crate::providers::stripe::Stripe;
 use crate::providers::{Provider, Providers, SignatureError};
 use crate::store::dynamodb::{StoreSettings, TableNames};
 use crate::domain::ProviderId;
@@ -20,12 +23,39 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_LEDGER_SHARDS", "ledger write shards per account (only ever grow it)"),
     ("PAYHOOK_GENERIC_SECRETS", "Standard Webhooks secrets, space-separated (rotation)"),
+    ("PAYHOOK_STRIPE_SECRETS", "Stripe endpoint secrets (whsec_…), space-separated (rotation)"),
+    ("PAYHOOK_STRIPE_ACCOUNT_KEY", "metadata key of the account on Stripe objects (default account)"),
+    ("PAYHOOK_PAYSTACK_SECRETS", "Paystack secret keys (sk_…), space-separated (rotation)"),
+    ("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "key of the account in Paystack data.metadata (default account)"),
+    ("PAYHOOK_FLUTTERWAVE_SECRETS", "Flutterwave v3 secret hashes: verif-hash and HMAC keys, space-separated"),
+    ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", "Flutterwave v4 secret hashes: HMAC keys only, space-separated"),
+    ("PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY", "key of the account in Flutterwave data.meta / meta_data (default account)"),
+    ("PAYHOOK_FLUTTERWAVE_REFERENCE", "field keying Flutterwave payments: tx_ref (default) or id"),
+];
+
+/// Env vars holding secrets, per provider. Flutterwave's v4 secrets are read separately.
+const SECRET_VARS: [(ProviderId, &str); 4] = [
+    (ProviderId::Generic, "PAYHOOK_GENERIC_SECRETS"),
+    (ProviderId::Stripe, "PAYHOOK_STRIPE_SECRETS"),
+    (ProviderId::Paystack, "PAYHOOK_PAYSTACK_SECRETS"),
+    (ProviderId::Flutterwave, "PAYHOOK_FLUTTERWAVE_SECRETS"),
 ];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{name} must be a positive integer, got {value:?}")]
     NotPositive { name: &'static str, value: String },
+    #[error("{name} {reason}, got {value:?}")]
+    Invalid { name: &'static str, value: String, reason: &'static str },
+}
+
+/// Per-provider mapping settings (not secrets; safe to log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterSettings {
+    pub stripe_account_key: String,
+    pub paystack_account_key: String,
+    pub flutterwave_account_key: String,
+    pub flutterwave_reference: ReferenceField,
 }
 
 #[derive(Debug, Clone)]
@@ -35,8 +65,12 @@ pub struct Config {
     pub lease_ms: i64,
     pub max_lease_ms: i64,
     pub tolerance_s: i64,
-    /// Raw secret values per provider; parsed by [`Config::providers`].
+    /// Raw secret values per provider; parsed by [`Config::providers`]. For Flutterwave, the v3
+    /// secret hashes.
     pub secrets: Vec<(ProviderId, String)>,
+    /// Flutterwave v4 secrets (HMAC keys only), parsed with the v3 hashes.
+    pub flutterwave_v4_secrets: Option<String>,
+    pub adapters: AdapterSettings,
 }
 
 /// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in
@@ -53,6 +87,33 @@ fn positive(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: 
     }
 }
 
+/// A metadata key: dotted segments, none empty (`account`, `customer.wallet`).
+fn key(get: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<String, ConfigError> {
+    let Some(value) = get(name).filter(|v| !v.trim().is_empty()) else {
+        return Ok("account".to_owned());
+    };
+    let key = value.trim();
+    if key.split('.').any(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control())) {
+        return Err(ConfigError::Invalid { name, value, reason: "must be a key such as account or customer.wallet" });
+    }
+    Ok(key.to_owned())
+}
+
+fn adapter_settings(get: &impl Fn(&str) -> Option<String>) -> Result<AdapterSettings, ConfigError> {
+    let name = "PAYHOOK_FLUTTERWAVE_REFERENCE";
+    let flutterwave_reference = match get(name).filter(|v| !v.trim().is_empty()) {
+        None => ReferenceField::TxRef,
+        Some(v) => ReferenceField::parse(v.trim())
+            .ok_or(ConfigError::Invalid { name, value: v, reason: "must be tx_ref or id" })?,
+    };
+    Ok(AdapterSettings {
+        stripe_account_key: key(get, "PAYHOOK_STRIPE_ACCOUNT_KEY")?,
+        paystack_account_key: key(get, "PAYHOOK_PAYSTACK_ACCOUNT_KEY")?,
+        flutterwave_account_key: key(get, "PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY")?,
+        flutterwave_reference,
+    })
+}
+
 impl Config {
     pub fn from_env() -> Result<Self, ConfigError> {
         Config::from_lookup(|name| std::env::var(name).ok())
@@ -66,10 +127,7 @@ impl Config {
             log_retention_s: positive(&get, "PAYHOOK_LOG_RETENTION_DAYS", 90)? * day_s,
             ledger_shards: u32::try_from(positive(&get, "PAYHOOK_LEDGER_SHARDS", 4)?).unwrap_or(4),
         };
-        let secrets = [(ProviderId::Generic, "PAYHOOK_GENERIC_SECRETS")]
-            .into_iter()
-            .filter_map(|(p, name)| get(name).map(|v| (p, v)))
-            .collect();
+        let secrets = SECRET_VARS.into_iter().filter_map(|(p, name)| get(name).map(|v| (p, v))).collect();
         Ok(Config {
             tables: TableNames::from_env(&get),
             store,
@@ -77,7 +135,51 @@ impl Config {
             max_lease_ms: positive(&get, "PAYHOOK_MAX_LEASE_MS", 900_000)?,
             tolerance_s: positive(&get, "PAYHOOK_SIGNATURE_TOLERANCE_S", 300)?,
             secrets,
+            flutterwave_v4_secrets: get("PAYHOOK_FLUTTERWAVE_V4_SECRETS"),
+            adapters: adapter_settings(&get)?,
         })
+    }
+
+    fn secret(&self, provider: ProviderId) -> Option<&str> {
+        self.secrets.iter().find(|(p, _)| *p == provider).map(|(_, s)| s.as_str())
+    }
+
+    /// The Standard Webhooks scheme, if its secrets are set (`Err` if they are unusable).
+    pub fn generic(&self) -> Option<Result<StandardWebhooks, SignatureError>> {
+        self.secret(ProviderId::Generic).map(|v| StandardWebhooks::from_env_value(v, self.tolerance_s))
+    }
+
+    pub fn stripe(&self) -> Option<Result<Stripe, SignatureError>> {
+        self.secret(ProviderId::Stripe)
+            .map(|v| Stripe::from_env_value(v, self.tolerance_s, &self.adapters.stripe_account_key))
+    }
+
+    pub fn paystack(&self) -> Option<Result<Paystack, SignatureError>> {
+        self.secret(ProviderId::Paystack).map(|v| Paystack::from_env_value(v, &self.adapters.paystack_account_key))
+    }
+
+    /// Flutterwave is configured when either its v3 hashes or its v4 secrets are set.
+    pub fn flutterwave(&self) -> Option<Result<Flutterwave, SignatureError>> {
+        let v3 = self.secret(ProviderId::Flutterwave);
+        let v4 = self.flutterwave_v4_secrets.as_deref();
+        if v3.is_none() && v4.is_none() {
+            return None;
+        }
+        let a = &self.adapters;
+        Some(Flutterwave::from_env_values(v3, v4, a.flutterwave_reference, &a.flutterwave_account_key))
+    }
+
+    /// The adapter of `provider`: `None` when it has no secret set at all.
+    fn adapter(&self, provider: ProviderId) -> Option<Result<Box<dyn Provider>, SignatureError>> {
+        fn boxed<P: Provider + 'static>(r: Result<P, SignatureError>) -> Result<Box<dyn Provider>, SignatureError> {
+            r.map(|p| Box::new(p) as Box<dyn Provider>)
+        }
+        match provider {
+            ProviderId::Generic => self.generic().map(|r| boxed(r.map(|scheme| Generic { scheme }))),
+            ProviderId::Stripe => self.stripe().map(boxed),
+            ProviderId::Paystack => self.paystack().map(boxed),
+            ProviderId::Flutterwave => self.flutterwave().map(boxed),
+        }
     }
 
     /// Builds the adapters whose secrets parse. A provider whose secret is missing or unusable is
@@ -85,15 +187,11 @@ impl Config {
     pub fn providers(&self) -> (Providers, Vec<(ProviderId, SignatureError)>) {
         let mut adapters: Vec<Box<dyn Provider>> = Vec::new();
         let mut problems = Vec::new();
-        for (provider, value) in &self.secrets {
-            let built = match provider {
-                ProviderId::Generic => StandardWebhooks::from_env_value(value, self.tolerance_s)
-                    .map(|scheme| Box::new(Generic { scheme }) as Box<dyn Provider>),
-                other => Err(SignatureError::BadSecret(format!("{other} is not supported yet"))),
-            };
-            match built {
-                Ok(a) => adapters.push(a),
-                Err(e) => problems.push((*provider, e)),
+        for provider in ProviderId::ALL {
+            match self.adapter(provider) {
+                None => {}
+                Some(Ok(a)) => adapters.push(a),
+                Some(Err(e)) => problems.push((provider, e)),
             }
         }
         (Providers::new(adapters), problems)
@@ -125,5 +223,64 @@ mod tests {
         let c = Config::from_lookup(|n| (n == "PAYHOOK_GENERIC_SECRETS").then(|| "   ".to_owned()))?;
         assert!(c.providers().0.get(ProviderId::Generic).is_none());
         Ok(())
+    }
+
+    fn with(pairs: &'static [(&'static str, &'static str)]) -> Result<Config, ConfigError> {
+        Config::from_lookup(|n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| (*v).to_owned()))
+    }
+
+    #[test]
+    fn every_provider_is_built_from_its_secrets() -> Result<(), ConfigError> {
+        let c = with(&[
+            ("PAYHOOK_STRIPE_SECRETS", "whsec_a whsec_b"),
+            ("PAYHOOK_PAYSTACK_SECRETS", "sk_test_a"),
+            ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", "fw-v4"),
+        ])?;
+        let (providers, problems) = c.providers();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(providers.configured(), vec![ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave]);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_or_empty_provider_secrets_are_reported_and_left_out() -> Result<(), ConfigError> {
+        let c = with(&[
+            ("PAYHOOK_STRIPE_SECRETS", "sk_live_oops"),
+            ("PAYHOOK_PAYSTACK_SECRETS", ""),
+            ("PAYHOOK_FLUTTERWAVE_SECRETS", " "),
+        ])?;
+        let (providers, problems) = c.providers();
+        assert!(providers.configured().is_empty());
+        let names: Vec<_> = problems.iter().map(|(p, _)| *p).collect();
+        assert_eq!(names, vec![ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave]);
+        // No problem reported names a secret's value.
+        assert!(problems.iter().all(|(_, e)| !e.to_string().contains("oops")));
+        Ok(())
+    }
+
+    #[test]
+    fn adapter_settings_have_defaults_and_are_checked() -> Result<(), ConfigError> {
+        let c = with(&[])?;
+        assert_eq!(c.adapters.stripe_account_key, "account");
+        assert_eq!(c.adapters.flutterwave_reference, ReferenceField::TxRef);
+        let c = with(&[("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "customer.wallet"), ("PAYHOOK_FLUTTERWAVE_REFERENCE", "id")])?;
+        assert_eq!(c.adapters.paystack_account_key, "customer.wallet");
+        assert_eq!(c.adapters.flutterwave_reference, ReferenceField::Id);
+        assert!(with(&[("PAYHOOK_FLUTTERWAVE_REFERENCE", "flw_ref")]).is_err());
+        assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "a..b")]).is_err());
+        assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "my key")]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn env_vars_list_every_name_read() {
+        let read = std::cell::RefCell::new(Vec::new());
+        let _ = Config::from_lookup(|n| {
+            read.borrow_mut().push(n.to_owned());
+            None
+        });
+        for name in read.borrow().iter().filter(|n| n.starts_with("PAYHOOK_")) {
+            assert!(ENV_VARS.iter().any(|(v, _)| v == name), "{name} is read but not in ENV_VARS");
+        }
     }
 }

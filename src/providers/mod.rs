@@ -1,9 +1,12 @@
 //! Provider adapters. Each verifies a delivery's raw body the provider's way, then maps its
 //! payload to a [`NormalisedEvent`]. Nothing past this module knows a provider's wire format.
 
+pub mod flutterwave;
 pub mod generic;
 pub mod json;
+pub mod paystack;
 pub mod signature;
+pub mod stripe;
 
 use http::HeaderMap;
 

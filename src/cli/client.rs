@@ -12,27 +12,37 @@ use serde_json::Value;
 use super::CliError;
 use crate::config::Config;
 use crate::domain::{now_ms, ProviderId};
-use crate::providers::generic::StandardWebhooks;
+use crate::providers::{flutterwave, paystack, stripe, SignatureError};
 
-/// Headers that sign `body` for `provider` at `now_s` with the first configured secret.
+/// Headers that sign `body` for `provider` at `now_s` with the first configured secret, as that
+/// provider would send them. `event_id` is used only where the scheme signs one (Standard
+/// Webhooks). Flutterwave gets `flutterwave-signature`, plus `verif-hash` when v3 hashes are set.
 pub fn sign_headers(provider: ProviderId, config: &Config, body: &[u8], event_id: &str, now_s: i64) -> Result<Vec<(String, String)>, CliError> {
-    let secret = config
-        .secrets
-        .iter()
-        .find(|(p, _)| *p == provider)
-        .map(|(_, s)| s.as_str())
-        .ok_or_else(|| CliError::Usage(format!("no secret configured for {provider}")))?;
+    let missing = || CliError::Usage(format!("no secret configured for {provider}"));
+    let unusable = |e: SignatureError| CliError::Usage(format!("{provider}: {e}"));
     match provider {
         ProviderId::Generic => {
-            let scheme = StandardWebhooks::from_env_value(secret, config.tolerance_s)
-                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let scheme = config.generic().ok_or_else(missing)?.map_err(unusable)?;
             Ok(vec![
                 ("webhook-id".into(), event_id.to_owned()),
                 ("webhook-timestamp".into(), now_s.to_string()),
                 ("webhook-signature".into(), scheme.sign(event_id, now_s, body)),
             ])
         }
-        other => Err(CliError::Usage(format!("signing for {other} is not supported"))),
+        ProviderId::Stripe => {
+            let stripe = config.stripe().ok_or_else(missing)?.map_err(unusable)?;
+            Ok(vec![(stripe::HEADER.into(), stripe.sign(now_s, body))])
+        }
+        ProviderId::Paystack => {
+            let paystack = config.paystack().ok_or_else(missing)?.map_err(unusable)?;
+            Ok(vec![(paystack::HEADER.into(), paystack.sign(body))])
+        }
+        ProviderId::Flutterwave => {
+            let fw = config.flutterwave().ok_or_else(missing)?.map_err(unusable)?;
+            let mut headers = vec![(flutterwave::SIGNATURE_HEADER.to_owned(), fw.sign(body))];
+            headers.extend(fw.verif_hash().map(|h| (flutterwave::HASH_HEADER.to_owned(), h)));
+            Ok(headers)
+        }
     }
 }
 

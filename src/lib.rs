@@ -50,6 +50,7 @@ pub mod eventlog;
 pub mod http;
 pub mod idempotency;
 pub mod ledger;
+pub mod metrics;
 pub mod pipeline;
 pub mod providers;
 pub mod store;

@@ -303,5 +303,6 @@ pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
+        metrics: true,
     })
 }

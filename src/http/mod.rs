@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::config::MAX_BODY_BYTES;
 use crate::domain::{now_ms, ProviderId};
+use crate::metrics::{self, Disposition, Rejection};
 use crate::pipeline::{Answer, Delivered, Pipeline};
 use crate::store::dynamodb::DynamoStore;
 use crate::providers::Providers;
@@ -27,6 +28,17 @@ pub struct App {
     pub providers: Providers,
     pub lease_ms: i64,
     pub max_lease_ms: i64,
+    /// Write one CloudWatch EMF line per delivery to stdout ([`crate::metrics`]): on for the
+    /// Lambda and `payhook serve`, off where stdout carries something else (in-process bench).
+    pub metrics: bool,
+}
+
+impl App {
+    fn count(&self, provider: ProviderId, disposition: Disposition, request_id: Option<&str>) {
+        if self.metrics {
+            metrics::emit(provider, disposition, now_ms(), request_id);
+        }
+    }
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -56,10 +68,16 @@ async fn webhook(
     req: Request<Body>,
 ) -> Response {
     let received_at_ms = now_ms();
+    // Lambda's request id, for every line about this delivery; "-" outside Lambda.
+    let request_id = req.extensions().get::<lambda_http::Context>().map(|c| c.request_id.clone());
+    let rid = request_id.as_deref().unwrap_or("-");
+    // No metric for an unknown name: it is caller input, and would become a dimension value.
     let Some(provider_id) = ProviderId::parse(&provider) else {
         return error(StatusCode::NOT_FOUND, "unknown_provider", format!("no provider named {provider:?}"));
     };
     let Some(adapter) = app.providers.get(provider_id) else {
+        tracing::warn!(request_id = rid, provider = %provider_id, "provider not configured");
+        app.count(provider_id, Disposition::Rejected(Rejection::NotConfigured), request_id.as_deref());
         return error(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", format!("{provider} has no secret configured"));
     };
     let lease = lease_ms(&app, &req, received_at_ms);
@@ -71,18 +89,32 @@ async fn webhook(
         .and_then(|v| v.parse::<usize>().ok())
         .is_some_and(|n| n > MAX_BODY_BYTES)
     {
+        tracing::info!(request_id = rid, provider = %provider_id, "body too large");
+        app.count(provider_id, Disposition::Rejected(Rejection::TooLarge), request_id.as_deref());
         return too_large();
     }
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        tracing::info!(request_id = rid, provider = %provider_id, "body too large");
+        app.count(provider_id, Disposition::Rejected(Rejection::TooLarge), request_id.as_deref());
         return too_large();
     };
     if let Err(e) = adapter.verify(&parts.headers, &bytes, received_at_ms / 1_000) {
-        tracing::info!(provider = %provider_id, reason = %e, "signature rejected");
+        tracing::info!(request_id = rid, provider = %provider_id, reason = %e, "signature rejected");
+        app.count(provider_id, Disposition::Rejected(Rejection::Signature), request_id.as_deref());
         return error(StatusCode::UNAUTHORIZED, "invalid_signature", e.to_string());
     }
     let event = match adapter.normalise(&bytes) {
         Ok(ev) => ev,
-        Err(e) => return bad_payload(&e),
+        Err(e) => {
+            // The field name only: a reason may quote the payload.
+            let field = match &e {
+                crate::providers::PayloadError::Invalid { field, .. } => field.as_str(),
+                _ => "body",
+            };
+            tracing::info!(request_id = rid, provider = %provider_id, field, "payload rejected");
+            app.count(provider_id, Disposition::Rejected(Rejection::Payload), request_id.as_deref());
+            return bad_payload(&e);
+        }
     };
     // parse_strict accepted the body, so it is UTF-8.
     let raw_body = String::from_utf8_lossy(&bytes);
@@ -94,16 +126,26 @@ async fn webhook(
         replay_of: None,
         started_by: None,
     };
+    let key = event.key();
+    let key = key.as_ref().map_or("-", |k| k.as_str());
     match app.pipeline.process(delivered).await {
         Ok(answer) => {
             tracing::info!(
-                provider = %provider_id, event_id = %event.event_id, key = ?event.key().map(|k| k.to_string()),
+                request_id = rid, provider = %provider_id, event_id = %event.event_id, key,
                 outcome = %answer.outcome, status = answer.status, "delivery"
             );
+            // The pipeline does not report takeovers in its answer yet (it logs them).
+            let disposition = Disposition::Processed { outcome: answer.outcome, took_over: false };
+            app.count(provider_id, disposition, request_id.as_deref());
             respond(answer)
         }
         Err(e) => {
-            tracing::error!(provider = %provider_id, event_id = %event.event_id, error = ?e, "delivery failed; provider will retry");
+            tracing::error!(
+                request_id = rid, provider = %provider_id, event_id = %event.event_id, key,
+                outcome = %crate::eventlog::Outcome::Failed, error = ?e, "delivery failed; provider will retry"
+            );
+            let disposition = Disposition::Processed { outcome: crate::eventlog::Outcome::Failed, took_over: false };
+            app.count(provider_id, disposition, request_id.as_deref());
             error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "temporarily unable to record this delivery; retry")
         }
     }

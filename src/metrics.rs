@@ -1,0 +1,183 @@
+//! Delivery metrics in CloudWatch Embedded Metric Format (EMF): one JSON line on stdout per
+//! delivery, which CloudWatch Logs turns into metrics with no API call and no agent.
+//!
+//! Namespace `payhook`, dimension `Provider`; each line carries the count `1` of the one metric
+//! naming what became of the delivery (`Applied`, `Replayed`, `InFlight`, `Conflict`, `Stale`,
+//! `Parked`, `Ignored`, `Failed`), or `Rejected` with a second dimension `Reason` (`signature`,
+//! `payload`, `too_large`, `not_configured`), plus `Takeovers` when the attempt took over an
+//! expired claim. Sum them per minute to count deliveries.
+//!
+//! Emitted by the http layer after the pipeline answered, never from the money path. The router
+//! emits only when its [`crate::http::App`] says so: the Lambda and `payhook serve` do; the
+//! in-process `payhook bench`, whose result table is on stdout, does not.
+
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+
+use crate::domain::ProviderId;
+use crate::eventlog::Outcome;
+
+pub const NAMESPACE: &str = "payhook";
+
+/// Why a delivery was refused before reaching the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The signature did not verify (401).
+    Signature,
+    /// The verified body did not map to an event (400).
+    Payload,
+    /// Over the body limit (413).
+    TooLarge,
+    /// No secret configured for the provider (503).
+    NotConfigured,
+}
+
+impl Rejection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Signature => "signature",
+            Rejection::Payload => "payload",
+            Rejection::TooLarge => "too_large",
+            Rejection::NotConfigured => "not_configured",
+        }
+    }
+}
+
+/// What became of one delivery, as a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The pipeline answered with this outcome; `took_over` when it resumed an expired claim.
+    Processed { outcome: Outcome, took_over: bool },
+    Rejected(Rejection),
+}
+
+/// The metric name of a pipeline outcome.
+pub fn metric_name(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Applied => "Applied",
+        Outcome::Replayed => "Replayed",
+        Outcome::InFlight => "InFlight",
+        Outcome::Conflict => "Conflict",
+        Outcome::Stale => "Stale",
+        Outcome::Ignored => "Ignored",
+        Outcome::Parked => "Parked",
+        Outcome::Failed => "Failed",
+    }
+}
+
+/// The EMF line for one delivery (no trailing newline). `request_id` is added as a plain
+/// property (searchable in Logs Insights, not a dimension: it would explode cardinality).
+pub fn emf_line(provider: ProviderId, result: Disposition, timestamp_ms: i64, request_id: Option<&str>) -> String {
+    let mut names: Vec<&'static str> = Vec::with_capacity(2);
+    let mut root = Map::new();
+    root.insert("Provider".into(), Value::from(provider.as_str()));
+    let dimensions = match result {
+        Disposition::Processed { outcome, took_over } => {
+            names.push(metric_name(outcome));
+            if took_over {
+                names.push("Takeovers");
+            }
+            json!([["Provider"]])
+        }
+        Disposition::Rejected(reason) => {
+            names.push("Rejected");
+            root.insert("Reason".into(), Value::from(reason.as_str()));
+            json!([["Provider", "Reason"]])
+        }
+    };
+    for name in &names {
+        root.insert((*name).into(), Value::from(1));
+    }
+    if let Some(id) = request_id {
+        root.insert("RequestId".into(), Value::from(id));
+    }
+    let metrics: Vec<Value> = names.iter().map(|n| json!({ "Name": n, "Unit": "Count" })).collect();
+    root.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{ "Namespace": NAMESPACE, "Dimensions": dimensions, "Metrics": metrics }],
+        }),
+    );
+    Value::Object(root).to_string()
+}
+
+/// Writes one EMF line to stdout in a single write. A failed write is ignored: metrics never
+/// fail a delivery.
+pub fn emit(provider: ProviderId, result: Disposition, timestamp_ms: i64, request_id: Option<&str>) {
+    let mut line = emf_line(provider, result, timestamp_ms, request_id);
+    line.push('\n');
+    let _ = std::io::stdout().lock().write_all(line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Value {
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn an_applied_delivery_is_one_count_under_the_provider_dimension() {
+        let v = parse(&emf_line(
+            ProviderId::Generic,
+            Disposition::Processed { outcome: Outcome::Applied, took_over: false },
+            1_764_670_000_123,
+            Some("req-1"),
+        ));
+        assert_eq!(
+            v,
+            json!({
+                "_aws": {
+                    "Timestamp": 1_764_670_000_123_i64,
+                    "CloudWatchMetrics": [{
+                        "Namespace": "payhook",
+                        "Dimensions": [["Provider"]],
+                        "Metrics": [{ "Name": "Applied", "Unit": "Count" }],
+                    }],
+                },
+                "Provider": "generic",
+                "Applied": 1,
+                "RequestId": "req-1",
+            })
+        );
+    }
+
+    #[test]
+    fn every_outcome_has_its_metric_and_a_takeover_adds_one() {
+        for outcome in Outcome::ALL {
+            let v = parse(&emf_line(ProviderId::Stripe, Disposition::Processed { outcome, took_over: true }, 1, None));
+            let name = metric_name(outcome);
+            assert_eq!(v[name], 1, "{v}");
+            assert_eq!(v["Takeovers"], 1);
+            assert_eq!(v["Provider"], "stripe");
+            assert!(v.get("RequestId").is_none());
+            let metrics = &v["_aws"]["CloudWatchMetrics"][0]["Metrics"];
+            assert_eq!(metrics, &json!([{ "Name": name, "Unit": "Count" }, { "Name": "Takeovers", "Unit": "Count" }]));
+        }
+        let names: std::collections::BTreeSet<_> = Outcome::ALL.into_iter().map(metric_name).collect();
+        assert_eq!(names.len(), Outcome::ALL.len());
+    }
+
+    #[test]
+    fn rejections_carry_their_reason_as_a_second_dimension() {
+        for (reason, text) in [
+            (Rejection::Signature, "signature"),
+            (Rejection::Payload, "payload"),
+            (Rejection::TooLarge, "too_large"),
+            (Rejection::NotConfigured, "not_configured"),
+        ] {
+            let line = emf_line(ProviderId::Paystack, Disposition::Rejected(reason), 5, None);
+            assert!(!line.contains('\n'));
+            let v = parse(&line);
+            assert_eq!(v["Rejected"], 1);
+            assert_eq!(v["Reason"], text);
+            let directive = &v["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(directive["Namespace"], "payhook");
+            assert_eq!(directive["Dimensions"], json!([["Provider", "Reason"]]));
+            assert_eq!(directive["Metrics"], json!([{ "Name": "Rejected", "Unit": "Count" }]));
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Requests per delivery against moto, a DynamoDB emulator that (like DynamoDB, unlike dynalite)
+//! returns the existing item (`ALL_OLD`) when a condition fails: there a duplicate costs exactly
+//! its claim `PutItem` and its log `PutItem`, and no read.
+//!
+//! moto is not atomic under concurrency, so its server runs single-threaded here and the
+//! deliveries are sent one after the other. Needs `moto[dynamodb]` and `flask` (requirements-dev.txt,
+//! installed by scripts/test).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use common::{payment_body, send, settings, signed};
+use payhook::store::dynamodb::observe::RequestCounter;
+use payhook::store::dynamodb::{DynamoStore, TableNames};
+
+/// A single-threaded moto server on a free loopback port. It exits when its stdin closes, so it
+/// never outlives the test process; Drop also kills it.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+const SERVER: &str = r#"
+import sys, threading, os
+from werkzeug.serving import make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+srv = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=False)
+print(srv.server_port, flush=True)
+threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+srv.serve_forever()
+"#;
+
+impl Moto {
+    fn start() -> Moto {
+        let check = Command::new("python3").args(["-c", "import moto, flask, werkzeug"]).output();
+        match check {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!(
+                "moto is not importable (python3 -c 'import moto, flask, werkzeug' failed: {}). \
+                 Install the dev requirements: python3 -m pip install -r requirements-dev.txt \
+                 (scripts/test does this)",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => panic!("python3 is needed to run moto: {e}"),
+        }
+        let mut child = Command::new("python3")
+            .args(["-c", SERVER])
+            .env("MOTO_ALLOW_NONEXISTENT_REGION", "true")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("moto stdout")).read_line(&mut line).expect("moto port");
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("moto printed {line:?}, not its port"));
+        Moto { child, endpoint: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn counted(counter: &RequestCounter, moto: &Moto, tables: TableNames) -> DynamoStore {
+    let conf = aws_sdk_dynamodb::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&moto.endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .interceptor(counter.clone())
+        .build();
+    DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), tables, settings())
+}
+
+#[tokio::test]
+async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() {
+    // GIVEN moto with the four tables, and a router over a client that counts requests
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let store = counted(&counter, &moto, TableNames::with_prefix("moto"));
+    store.create_tables().await.expect("create tables on moto");
+    let mut app = common::app(store, 30_000);
+    Arc::get_mut(&mut app).expect("sole owner").metrics = false;
+    let body = payment_body("evt_moto", "pay_moto", "wallet_moto", 125_000, "NGN");
+    counter.reset();
+
+    // WHEN a new event is delivered
+    let first = send(&app, signed(&body)).await;
+
+    // THEN it applies with claim + payment + ledger + finalize + log: 5 writes, 0 reads
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert!(!first.replayed);
+    let new_event = counter.snapshot();
+    eprintln!("new event on moto: {new_event:?}");
+    assert_eq!(counter.get("PutItem"), 3, "claim, ledger entry, log: {new_event:?}");
+    assert_eq!(counter.get("UpdateItem"), 2, "payment transition, finalize: {new_event:?}");
+    assert_eq!((counter.writes(), counter.reads()), (5, 0), "{new_event:?}");
+
+    // WHEN the same event is redelivered, then the same movement comes under another event id
+    for again in [body.clone(), payment_body("evt_moto_2", "pay_moto", "wallet_moto", 125_000, "NGN")] {
+        counter.reset();
+        let dup = send(&app, signed(&again)).await;
+
+        // THEN the stored answer is replayed byte for byte, decided from the ALL_OLD item of the
+        // failed claim: the claim PutItem and the log PutItem, and nothing else
+        assert_eq!(dup.status, 200, "{}", dup.body);
+        assert!(dup.replayed, "{dup:?}");
+        assert_eq!(dup.body, first.body);
+        let counts = counter.snapshot();
+        eprintln!("duplicate on moto: {counts:?}");
+        assert_eq!(counter.get("PutItem"), 2, "claim + log: {counts:?}");
+        assert_eq!(counter.get("GetItem"), 0, "ALL_OLD made the read unnecessary: {counts:?}");
+        assert_eq!((counter.writes(), counter.reads()), (2, 0), "{counts:?}");
+        assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+    }
+}

@@ -224,6 +224,9 @@ fn charge(amount: &str, currency: &str) -> Vec<u8> {
     CHARGE.replace("AMOUNT", amount).replace("CUR", currency).into_bytes()
 }
 
+/// What a hostile body must get: (case, body, status, error code, field named).
+type Refusal = (&'static str, Vec<u8>, u16, &'static str, Option<&'static str>);
+
 fn assert_refused(what: &str, r: &Resp, status: u16, error: &str, field: Option<&str>) {
     assert_eq!(r.status, status, "{what}: {}", r.body);
     let json = r.json();
@@ -242,7 +245,7 @@ async fn hostile_paystack_input_gets_a_clear_error_and_writes_nothing() {
     let mut huge = b"{\"event\":\"charge.success\",\"pad\":\"".to_vec();
     huge.resize(300 * 1024, b'a');
     huge.extend_from_slice(b"\"}");
-    let payload_cases: Vec<(&str, Vec<u8>, u16, &str, Option<&str>)> = vec![
+    let payload_cases: Vec<Refusal> = vec![
         ("empty body", Vec::new(), 400, "malformed_json", None),
         ("truncated JSON", good[..good.len() / 2].to_vec(), 400, "malformed_json", None),
         ("not UTF-8", b"{\"event\":\"charge.success\xff\"}".to_vec(), 400, "malformed_json", None),

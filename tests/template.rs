@@ -1,0 +1,556 @@
+//! template.yaml checked against the code, offline: the env vars it sets (`config::ENV_VARS`),
+//! the tables it declares (`store::dynamodb::schema::ALL`), the IAM it grants (the DynamoDB
+//! calls in `src/store/dynamodb/*.rs`), the route it exposes, and `cfn-lint`.
+//!
+//! Nothing here is a second list of tables, keys or variables: each check walks the code's own
+//! definition and looks the template up from it.
+//!
+//! The env rule: every name in `ENV_VARS` is set on the webhook function, no exceptions (a
+//! variable the function ignores in Lambda, like `PAYHOOK_LEASE_MS`, is still set, so the rule
+//! stays one line). Provider secrets are set through `!If [Has…, {{resolve:…}}, AWS::NoValue]`
+//! and count as set.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+use payhook::config::ENV_VARS;
+use payhook::domain::ProviderId;
+use payhook::store::dynamodb::schema::{TableDef, ALL};
+use serde_json::{json, Value};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// CloudFormation short tags (`!Ref X`, `!GetAtt A.B`, `!Sub s`, `!If [..]`, …) rewritten to
+/// their long form (`{"Ref": X}`, `{"Fn::GetAtt": [A, B]}`, …), so the rest sees plain JSON.
+fn long_form(v: serde_yaml::Value) -> Value {
+    use serde_yaml::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => serde_json::to_value(&n).unwrap(),
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(items.into_iter().map(long_form).collect()),
+        Y::Mapping(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Y::String(s) => s,
+                        other => serde_yaml::to_string(&other).unwrap().trim().to_owned(),
+                    };
+                    (key, long_form(v))
+                })
+                .collect(),
+        ),
+        Y::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let tag = tag.trim_start_matches('!');
+            let inner = long_form(t.value);
+            match tag {
+                "Ref" | "Condition" => json!({ tag: inner }),
+                "GetAtt" => match inner {
+                    Value::String(s) => {
+                        let (res, attr) = s.split_once('.').unwrap_or_else(|| panic!("!GetAtt {s}: want Resource.Attribute"));
+                        json!({ "Fn::GetAtt": [res, attr] })
+                    }
+                    other => json!({ "Fn::GetAtt": other }),
+                },
+                _ => json!({ format!("Fn::{tag}"): inner }),
+            }
+        }
+    }
+}
+
+struct Template {
+    doc: Value,
+}
+
+impl Template {
+    fn load() -> Self {
+        let path = root().join("template.yaml");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("template.yaml: {e}"));
+        Template { doc: long_form(yaml) }
+    }
+
+    fn resources(&self) -> &serde_json::Map<String, Value> {
+        self.doc["Resources"].as_object().expect("Resources")
+    }
+
+    fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
+        self.resources().iter().filter(move |(_, r)| r["Type"] == kind)
+    }
+
+    fn functions(&self) -> Vec<(&String, &Value)> {
+        self.of_type("AWS::Serverless::Function").collect()
+    }
+
+    /// The function that serves the HTTP API.
+    fn webhook(&self) -> (&String, &Value) {
+        let with_api: Vec<_> = self
+            .functions()
+            .into_iter()
+            .filter(|(_, f)| events(f).any(|(_, e)| e["Type"] == "HttpApi"))
+            .collect();
+        assert_eq!(with_api.len(), 1, "exactly one function serves the HTTP API, found {:?}", with_api.iter().map(|f| f.0).collect::<Vec<_>>());
+        with_api[0]
+    }
+
+    /// Globals merged with the function's own properties (the function wins), as SAM does for
+    /// maps such as Environment.Variables.
+    fn prop<'a>(&'a self, function: &'a Value, name: &str) -> Option<&'a Value> {
+        function["Properties"].get(name).or_else(|| self.doc["Globals"]["Function"].get(name))
+    }
+
+    fn env(&self, function: &Value) -> BTreeMap<String, Value> {
+        let mut vars = BTreeMap::new();
+        for source in [&self.doc["Globals"]["Function"], &function["Properties"]] {
+            if let Some(m) = source["Environment"]["Variables"].as_object() {
+                vars.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        vars
+    }
+
+    fn parameter_default(&self, name: &str) -> Option<String> {
+        scalar(self.doc["Parameters"].get(name)?.get("Default")?)
+    }
+
+    /// A scalar value as deployed with default parameters: literals, `!Ref Param` and
+    /// `!Sub "...${Param}..."`. None for anything that depends on the deployment.
+    fn resolve(&self, v: &Value) -> Option<String> {
+        if let Some(s) = scalar(v) {
+            return Some(s);
+        }
+        if let Some(name) = v.get("Ref").and_then(Value::as_str) {
+            return self.parameter_default(name);
+        }
+        let mut text = v.get("Fn::Sub")?.as_str()?.to_owned();
+        while let Some(start) = text.find("${") {
+            let end = start + text[start..].find('}')?;
+            let value = self.parameter_default(&text[start + 2..end])?;
+            text.replace_range(start..=end, &value);
+        }
+        Some(text)
+    }
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn events(function: &Value) -> impl Iterator<Item = (&String, &Value)> {
+    function["Properties"]["Events"].as_object().into_iter().flat_map(|m| m.iter())
+}
+
+fn one_or_many(v: &Value) -> Vec<&Value> {
+    match v {
+        Value::Array(items) => items.iter().collect(),
+        Value::Null => Vec::new(),
+        other => vec![other],
+    }
+}
+
+/// The table (logical id) an env var points at: `!Ref LogicalId`.
+fn ref_target(v: &Value) -> Option<&str> {
+    v.get("Ref").and_then(Value::as_str)
+}
+
+// ------------------------------------------------------------------------------- env vars
+
+#[test]
+fn webhook_function_sets_every_env_var_the_code_reads() {
+    let t = Template::load();
+    let (name, f) = t.webhook();
+    let env = t.env(f);
+    let missing: Vec<_> = ENV_VARS.iter().filter(|(n, _)| !env.contains_key(*n)).collect();
+    let unknown: Vec<_> = env.keys().filter(|k| !ENV_VARS.iter().any(|(n, _)| n == k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{name} does not set these env vars from payhook::config::ENV_VARS:\n{}",
+        missing.iter().map(|(n, what)| format!("  {n}  ({what})")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        unknown.is_empty(),
+        "{name} sets env vars the code does not read (not in payhook::config::ENV_VARS): {unknown:?}"
+    );
+}
+
+#[test]
+fn every_function_gets_the_table_env_vars_and_settings_it_needs() {
+    let t = Template::load();
+    for (name, f) in t.functions() {
+        let env = t.env(f);
+        for def in ALL {
+            let target = env.get(def.env_var).and_then(ref_target);
+            assert!(target.is_some(), "{name}: {} must be `!Ref <the {} table>`", def.env_var, def.role);
+        }
+        for (var, _) in ENV_VARS.iter().filter(|(n, _)| !n.ends_with("_SECRETS")) {
+            assert!(env.contains_key(*var), "{name}: {var} is not set");
+        }
+    }
+}
+
+#[test]
+fn provider_secrets_come_from_secrets_manager_never_from_the_template() {
+    let t = Template::load();
+    let (_, f) = t.webhook();
+    let env = t.env(f);
+    let secret_vars: Vec<&str> = ENV_VARS.iter().map(|(n, _)| *n).filter(|n| n.ends_with("_SECRETS")).collect();
+    assert!(!secret_vars.is_empty(), "ENV_VARS names no *_SECRETS variable");
+    for var in secret_vars {
+        let value = env.get(var).unwrap_or_else(|| panic!("{var} is not set"));
+        let text = value.to_string();
+        assert!(
+            text.contains("{{resolve:secretsmanager:") || text.contains("{{resolve:ssm:"),
+            "{var} must be a {{{{resolve:secretsmanager:…}}}} dynamic reference, got {text}"
+        );
+        // Every parameter the reference names is NoEcho and has no default secret.
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("${") {
+            let end = start + rest[start..].find('}').unwrap();
+            let param = &rest[start + 2..end];
+            let p = &t.doc["Parameters"][param];
+            assert!(p.is_object(), "{var} references ${{{param}}}, which is not a parameter");
+            assert_eq!(p["NoEcho"], true, "parameter {param} (used by {var}) must be NoEcho");
+            let default = scalar(&p["Default"]).unwrap_or_default();
+            assert!(default.is_empty(), "parameter {param} must not default to a value, got {default:?}");
+            rest = &rest[end..];
+        }
+    }
+}
+
+#[test]
+fn lease_bound_matches_each_function_timeout() {
+    let t = Template::load();
+    for (name, f) in t.functions() {
+        let env = t.env(f);
+        let timeout = t.prop(f, "Timeout").and_then(|v| t.resolve(v)).unwrap_or_else(|| panic!("{name}: no Timeout"));
+        let max_lease = env.get("PAYHOOK_MAX_LEASE_MS").and_then(|v| t.resolve(v)).unwrap_or_else(|| panic!("{name}: no PAYHOOK_MAX_LEASE_MS"));
+        let timeout_ms = timeout.parse::<i64>().unwrap() * 1000;
+        assert_eq!(
+            max_lease.parse::<i64>().unwrap(),
+            timeout_ms,
+            "{name}: PAYHOOK_MAX_LEASE_MS must equal Timeout x 1000 so a lease neither outlives nor undercuts the invocation"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------- tables
+
+fn key_schema(v: &Value) -> (Option<String>, Option<String>) {
+    let mut hash = None;
+    let mut range = None;
+    for k in one_or_many(v) {
+        let attr = k["AttributeName"].as_str().map(str::to_owned);
+        match k["KeyType"].as_str() {
+            Some("HASH") => hash = attr,
+            Some("RANGE") => range = attr,
+            other => panic!("unexpected KeyType {other:?}"),
+        }
+    }
+    (hash, range)
+}
+
+/// Attribute name -> type the schema implies: keys are S, an index range key N where flagged.
+fn expected_attributes(def: &TableDef) -> BTreeMap<String, String> {
+    let mut attrs = BTreeMap::new();
+    attrs.insert(def.hash_key.to_owned(), "S".to_owned());
+    if let Some(r) = def.range_key {
+        attrs.insert(r.to_owned(), "S".to_owned());
+    }
+    for ix in def.indexes {
+        attrs.entry(ix.hash_key.to_owned()).or_insert_with(|| "S".to_owned());
+        attrs.entry(ix.range_key.to_owned()).or_insert_with(|| if ix.range_is_number { "N" } else { "S" }.to_owned());
+    }
+    attrs
+}
+
+/// The logical id of `def`'s table, found the way the function finds it: its env var's `!Ref`.
+fn table_of<'a>(t: &'a Template, def: &TableDef) -> (&'a str, &'a Value) {
+    let (_, f) = t.webhook();
+    let logical = t.env(f).get(def.env_var).and_then(|v| ref_target(v).map(str::to_owned));
+    let logical = logical.unwrap_or_else(|| panic!("{} is not `!Ref <table>` on the webhook function", def.env_var));
+    let (id, r) = t.resources().get_key_value(&logical).unwrap_or_else(|| panic!("{} -> !Ref {logical}: no such resource", def.env_var));
+    assert_eq!(r["Type"], "AWS::DynamoDB::Table", "{} -> {logical} is not a DynamoDB table", def.env_var);
+    (id.as_str(), r)
+}
+
+#[test]
+fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
+    let t = Template::load();
+    let mut declared: BTreeSet<&str> = t.of_type("AWS::DynamoDB::Table").map(|(id, _)| id.as_str()).collect();
+    for def in ALL {
+        let (id, table) = table_of(&t, &def);
+        declared.remove(id);
+        let p = &table["Properties"];
+        let what = format!("{id} ({} table, {})", def.role, def.env_var);
+
+        assert_eq!(key_schema(&p["KeySchema"]), (Some(def.hash_key.to_owned()), def.range_key.map(str::to_owned)), "{what}: key schema");
+
+        let attrs: BTreeMap<String, String> = one_or_many(&p["AttributeDefinitions"])
+            .into_iter()
+            .map(|a| (a["AttributeName"].as_str().unwrap().to_owned(), a["AttributeType"].as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(attrs, expected_attributes(&def), "{what}: AttributeDefinitions");
+
+        let indexes: BTreeMap<String, &Value> = one_or_many(&p["GlobalSecondaryIndexes"])
+            .into_iter()
+            .map(|ix| (ix["IndexName"].as_str().unwrap().to_owned(), ix))
+            .collect();
+        let want: BTreeSet<&str> = def.indexes.iter().map(|ix| ix.name).collect();
+        assert_eq!(indexes.keys().map(String::as_str).collect::<BTreeSet<_>>(), want, "{what}: GSI names");
+        for ix in def.indexes {
+            let gsi = indexes[ix.name];
+            assert_eq!(
+                key_schema(&gsi["KeySchema"]),
+                (Some(ix.hash_key.to_owned()), Some(ix.range_key.to_owned())),
+                "{what}: index {} keys",
+                ix.name
+            );
+            // `payhook tables create` projects ALL, and the code reads whole items from indexes.
+            assert_eq!(gsi["Projection"]["ProjectionType"], "ALL", "{what}: index {} projection", ix.name);
+        }
+        assert!(p.get("LocalSecondaryIndexes").is_none(), "{what}: the schema has no LSIs");
+
+        match def.ttl_attribute {
+            Some(attr) => {
+                assert_eq!(p["TimeToLiveSpecification"]["AttributeName"], attr, "{what}: TTL attribute");
+                assert_eq!(p["TimeToLiveSpecification"]["Enabled"], true, "{what}: TTL enabled");
+            }
+            None => assert!(p.get("TimeToLiveSpecification").is_none(), "{what}: the schema sets no TTL on this table"),
+        }
+        assert_eq!(p["BillingMode"], "PAY_PER_REQUEST", "{what}: BillingMode");
+        assert_eq!(p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true, "{what}: PITR");
+        assert_eq!(p["DeletionProtectionEnabled"], true, "{what}: deletion protection");
+        assert_eq!(table["DeletionPolicy"], "Retain", "{what}: money records survive a stack delete");
+    }
+    assert!(declared.is_empty(), "tables in template.yaml that schema.rs does not define: {declared:?}");
+}
+
+// ------------------------------------------------------------------------------- IAM
+
+/// The DynamoDB calls the code makes on each table, read from `src/store/dynamodb/*.rs`: each
+/// SDK call (`.put_item()`, `.query()`, …) and the `.table_name(…)` it is sent to, resolved to a
+/// role through `tables.<role>` directly or through a `let x = …tables.<role>…` binding. Calls
+/// whose table cannot be told are returned apart (they may be on any table).
+fn code_calls() -> (BTreeMap<&'static str, BTreeSet<String>>, BTreeSet<String>, Vec<String>) {
+    const CALLS: &[(&str, &str)] = &[
+        (".get_item()", "GetItem"),
+        (".put_item()", "PutItem"),
+        (".update_item()", "UpdateItem"),
+        (".delete_item()", "DeleteItem"),
+        (".query()", "Query"),
+        (".scan()", "Scan"),
+        (".batch_get_item()", "BatchGetItem"),
+        (".batch_write_item()", "BatchWriteItem"),
+        (".transact_get_items()", "TransactGetItems"),
+        (".transact_write_items()", "TransactWriteItems"),
+    ];
+    let mut by_role: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    let mut anywhere = BTreeSet::new();
+    let mut unresolved = Vec::new();
+    let dir = root().join("src/store/dynamodb");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+    files.sort();
+    let role_in = |text: &str| ALL.iter().find(|d| text.contains(&format!("tables.{}", d.role))).map(|d| d.role);
+    for file in files {
+        let src = std::fs::read_to_string(&file).unwrap();
+        for (call, action) in CALLS {
+            for (at, _) in src.match_indices(call) {
+                let after = &src[at..];
+                let Some(tn) = after.find(".table_name(") else { continue };
+                let arg_start = at + tn + ".table_name(".len();
+                let arg = &src[arg_start..arg_start + src[arg_start..].find(')').unwrap()];
+                let role = role_in(arg).or_else(|| {
+                    let ident = arg.trim().trim_start_matches('&').trim();
+                    let binding = format!("let {ident} = ");
+                    let line_start = src[..at].rfind(&binding)?;
+                    let line = &src[line_start..line_start + src[line_start..].find(';')?];
+                    role_in(line)
+                });
+                match role {
+                    Some(r) => {
+                        by_role.entry(r).or_default().insert(format!("dynamodb:{action}"));
+                    }
+                    None => {
+                        let line = src[..at].lines().count();
+                        unresolved.push(format!("{}:{line} {action} on table_name({arg})", file.strip_prefix(root()).unwrap().display()));
+                        anywhere.insert(format!("dynamodb:{action}"));
+                    }
+                }
+            }
+        }
+    }
+    (by_role, anywhere, unresolved)
+}
+
+/// What an IAM Resource names: a table (by logical id) and maybe one of its indexes.
+fn resource_target(v: &Value) -> Option<(String, Option<String>)> {
+    if let Some(att) = v.get("Fn::GetAtt").and_then(Value::as_array) {
+        return (att.get(1)? == "Arn").then(|| (att[0].as_str().unwrap().to_owned(), None));
+    }
+    let sub = v.get("Fn::Sub")?.as_str()?;
+    let rest = sub.strip_prefix("${")?;
+    let (logical, tail) = rest.split_once(".Arn}")?;
+    let index = tail.strip_prefix("/index/")?;
+    Some((logical.to_owned(), Some(index.to_owned())))
+}
+
+#[test]
+fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
+    let t = Template::load();
+    let (calls, anywhere, unresolved) = code_calls();
+    if !unresolved.is_empty() {
+        eprintln!("note: could not tell the table of these calls; allowed on every table:\n  {}", unresolved.join("\n  "));
+    }
+    eprintln!("src/store/dynamodb calls, per table: {calls:?}");
+    let defs: BTreeMap<&str, TableDef> = ALL.iter().map(|d| (table_of(&t, d).0, *d)).collect();
+    for (name, f) in t.functions() {
+        let env = t.env(f);
+        let policies = one_or_many(&f["Properties"]["Policies"]);
+        assert!(!policies.is_empty(), "{name}: no Policies (SAM would give it none, and it needs DynamoDB)");
+        let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for policy in policies {
+            let statements = policy
+                .get("Statement")
+                .unwrap_or_else(|| panic!("{name}: policy {policy} is not an inline Statement list (no SAM policy templates or managed policies: least privilege is spelled out)"));
+            for st in one_or_many(statements) {
+                assert_eq!(st["Effect"], "Allow", "{name}: {st}");
+                let actions: Vec<&str> = one_or_many(&st["Action"]).into_iter().map(|a| a.as_str().unwrap()).collect();
+                for r in one_or_many(&st["Resource"]) {
+                    let (logical, index) = resource_target(r).unwrap_or_else(|| panic!("{name}: resource {r} is not a table ARN (!GetAtt T.Arn) or index ARN (!Sub ${{T.Arn}}/index/NAME)"));
+                    let def = defs.get(logical.as_str()).unwrap_or_else(|| panic!("{name}: {logical} is not a table schema.rs defines"));
+                    let used = env.get(def.env_var).and_then(ref_target);
+                    assert_eq!(used, Some(logical.as_str()), "{name} is granted {logical} but its {} does not point at it", def.env_var);
+                    for action in &actions {
+                        assert!(!action.contains('*'), "{name}: wildcard action {action}");
+                        match &index {
+                            Some(ix) => {
+                                assert!(def.indexes.iter().any(|i| i.name == ix), "{name}: {logical} has no index {ix} in schema.rs");
+                                assert_eq!(*action, "dynamodb:Query", "{name}: on index {logical}/{ix} only Query makes sense, got {action}");
+                            }
+                            None => {
+                                let ok = calls.get(def.role).is_some_and(|c| c.contains(*action)) || anywhere.contains(*action);
+                                assert!(ok, "{name}: {action} on {logical}, but src/store/dynamodb never makes that call on the {} table (it makes {:?})", def.role, calls.get(def.role));
+                            }
+                        }
+                        let target = index.as_ref().map_or_else(|| logical.clone(), |ix| format!("{logical}/index/{ix}"));
+                        granted.entry(target).or_default().insert((*action).to_owned());
+                    }
+                }
+            }
+        }
+        eprintln!("{name} may:");
+        for (target, actions) in &granted {
+            eprintln!("  {target}: {}", actions.iter().cloned().collect::<Vec<_>>().join(", "));
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------- API, outputs
+
+#[test]
+fn only_post_webhooks_provider_is_public_and_throttled_and_logged() {
+    let t = Template::load();
+    let mut routes = Vec::new();
+    for (name, f) in t.functions() {
+        assert!(f["Properties"].get("FunctionUrlConfig").is_none(), "{name}: no function URLs");
+        for (_, e) in events(f) {
+            if e["Type"] == "HttpApi" || e["Type"] == "Api" {
+                routes.push((e["Type"].clone(), e["Properties"]["Method"].clone(), e["Properties"]["Path"].clone()));
+            }
+        }
+    }
+    assert_eq!(routes, vec![(json!("HttpApi"), json!("POST"), json!("/webhooks/{provider}"))]);
+    let apis: Vec<_> = t.of_type("AWS::Serverless::HttpApi").collect();
+    assert_eq!(apis.len(), 1, "one HTTP API");
+    let p = &apis[0].1["Properties"];
+    assert!(p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_object());
+    assert!(p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_object());
+    assert!(p["AccessLogSettings"]["DestinationArn"].is_object(), "access logs go to a log group");
+    assert!(t.of_type("AWS::Serverless::Api").next().is_none(), "no REST API");
+}
+
+#[test]
+fn outputs_give_a_webhook_url_per_provider() {
+    let t = Template::load();
+    let values: Vec<String> = t.doc["Outputs"].as_object().unwrap().values().filter_map(|o| o["Value"].get("Fn::Sub").and_then(Value::as_str).map(str::to_owned)).collect();
+    for p in ProviderId::ALL {
+        let suffix = format!("/webhooks/{p}");
+        assert!(values.iter().any(|v| v.ends_with(&suffix)), "no output with the URL for {p}");
+    }
+    for (var, _) in ENV_VARS.iter().filter(|(n, _)| n.ends_with("_SECRETS")) {
+        // PAYHOOK_<PROVIDER>[_<VARIANT>]_SECRETS, e.g. PAYHOOK_FLUTTERWAVE_V4_SECRETS.
+        let name = var.trim_start_matches("PAYHOOK_").trim_end_matches("_SECRETS").to_ascii_lowercase();
+        let provider = ProviderId::ALL.into_iter().find(|p| name == p.as_str() || name.starts_with(&format!("{p}_")));
+        assert!(provider.is_some(), "{var} names no provider");
+    }
+}
+
+#[test]
+fn alarms_watch_errors_throttles_and_5xx() {
+    let t = Template::load();
+    let alarms: Vec<&Value> = t.of_type("AWS::CloudWatch::Alarm").map(|(_, a)| &a["Properties"]).collect();
+    let watches = |namespace: &str, metric: &str, dim: &str, target: &str| {
+        alarms.iter().any(|a| {
+            a["Namespace"] == namespace
+                && a["MetricName"] == metric
+                && one_or_many(&a["Dimensions"]).iter().any(|d| d["Name"] == dim && ref_target(&d["Value"]) == Some(target))
+        })
+    };
+    for (name, _) in t.functions() {
+        for metric in ["Errors", "Throttles"] {
+            assert!(watches("AWS/Lambda", metric, "FunctionName", name), "no {metric} alarm on {name}");
+        }
+    }
+    for (api, _) in t.of_type("AWS::Serverless::HttpApi") {
+        assert!(watches("AWS/ApiGateway", "5xx", "ApiId", api), "no 5xx alarm on {api}");
+    }
+}
+
+#[test]
+fn functions_are_built_by_cargo_lambda_for_graviton() {
+    let t = Template::load();
+    let bins: BTreeSet<String> = std::fs::read_dir(root().join("src/bin"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    for (name, f) in t.functions() {
+        assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
+        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap_or_else(|| panic!("{name}: no BuildProperties.Binary"));
+        assert!(bins.contains(binary), "{name} is built from binary {binary:?}, but there is no src/bin/{binary}.rs (have {bins:?})");
+        assert_eq!(t.prop(f, "Runtime"), Some(&json!("provided.al2023")), "{name}");
+        assert_eq!(t.prop(f, "Handler"), Some(&json!("bootstrap")), "{name}");
+        assert_eq!(t.prop(f, "Architectures"), Some(&json!(["arm64"])), "{name}");
+    }
+}
+
+// ------------------------------------------------------------------------------- cfn-lint
+
+#[test]
+fn cfn_lint_passes() {
+    let out = Command::new("cfn-lint").arg("--").arg("template.yaml").current_dir(root()).output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "cfn-lint is not on PATH: scripts/test installs it (pip install -r requirements-dev.txt); this check does not skip"
+        ),
+        Err(e) => panic!("running cfn-lint: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "cfn-lint template.yaml failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -2,6 +2,7 @@
 //! progress to stderr, so `payhook balance X | jq` always works.
 
 mod demo;
+pub mod bench;
 pub mod client;
 
 use std::net::SocketAddr;
@@ -65,6 +66,9 @@ pub enum Command {
         #[arg(long, default_value = "events/generic/payment_succeeded.json")]
         event: std::path::PathBuf,
     },
+    /// Load a payhook (loopback) with signed deliveries: p50/p99 latency and deliveries/s at
+    /// several concurrencies, all-new and 50%-duplicate traffic.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -228,6 +232,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Payments { action } => payments(action, &store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
+        Command::Bench(args) => bench::run(args, config, store).await,
     }
 }
 

@@ -31,6 +31,15 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", "Flutterwave v4 secret hashes: HMAC keys only, space-separated"),
     ("PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY", "key of the account in Flutterwave data.meta / meta_data (default account)"),
     ("PAYHOOK_FLUTTERWAVE_REFERENCE", "field keying Flutterwave payments: tx_ref (default) or id"),
+    ("PAYHOOK_GENERIC_API_URL", "reconciliation: base URL of the generic provider's payment API"),
+    ("PAYHOOK_GENERIC_API_KEY", "reconciliation: bearer key of the generic provider's API"),
+    ("PAYHOOK_STRIPE_API_URL", "reconciliation: Stripe API base URL (default https://api.stripe.com)"),
+    ("PAYHOOK_STRIPE_API_KEY", "reconciliation: Stripe restricted key with read access to PaymentIntents"),
+    ("PAYHOOK_PAYSTACK_API_URL", "reconciliation: Paystack API base URL (default https://api.paystack.co)"),
+    ("PAYHOOK_PAYSTACK_API_KEY", "reconciliation: Paystack secret key"),
+    ("PAYHOOK_FLUTTERWAVE_API_URL", "reconciliation: Flutterwave API base URL (default https://api.flutterwave.com)"),
+    ("PAYHOOK_FLUTTERWAVE_API_KEY", "reconciliation: Flutterwave secret key"),
+    ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
 ];
 
 /// Env vars holding secrets, per provider. Flutterwave's v4 secrets are read separately.

@@ -21,6 +21,8 @@
 //! - [`eventlog`]: the append-only delivery log and its queries.
 //! - [`store`]: the only code that speaks DynamoDB ([`store::dynamodb`]), one module per table.
 //! - [`http`]: the axum router shared by `payhook serve` and the Lambda runtime.
+//! - [`reconcile`]: the backstop: stuck claims, open payments (asking the provider), failed deliveries.
+//! - [`replay`]: re-driving stored deliveries through the pipeline.
 //! - [`config`]: environment, read once.
 //! - [`cli`]: the `payhook` command line.
 //!
@@ -53,4 +55,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod pipeline;
 pub mod providers;
+pub mod reconcile;
+pub mod replay;
+pub mod runtime;
 pub mod store;

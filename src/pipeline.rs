@@ -5,10 +5,10 @@
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, RefundFacts,
+    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, RefundFacts,
 };
 use crate::eventlog::{Delivery, EventLog, Outcome};
-use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, StoredResponse};
+use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{
     Ledger, Mismatch, PaidOutcome, Payments, Posting, RefundOutcome, StateOutcome,
 };
@@ -28,12 +28,14 @@ pub struct Answer {
     pub retry_after_s: Option<u64>,
     pub outcome: Outcome,
     pub delivery_id: String,
+    /// This attempt took over an expired claim and resumed its steps.
+    pub took_over: bool,
 }
 
 impl Answer {
     fn json(status: u16, body: &impl Serialize, outcome: Outcome) -> Self {
         let body = serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned());
-        Answer { status, body, replayed: false, retry_after_s: None, outcome, delivery_id: String::new() }
+        Answer { status, body, replayed: false, retry_after_s: None, outcome, delivery_id: String::new(), took_over: false }
     }
 
     fn retry_after(mut self, ms: i64) -> Self {
@@ -49,6 +51,7 @@ impl Answer {
             retry_after_s: None,
             outcome: Outcome::Replayed,
             delivery_id: String::new(),
+            took_over: false,
         }
     }
 }
@@ -187,17 +190,16 @@ impl<S: Store> Pipeline<S> {
     /// The claim protocol around one money movement.
     async fn money(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
         let ev = d.event;
-        let (key, fingerprint) = match (&ev.kind, ev.key()) {
-            (EventKind::PaymentSucceeded(p), Some(k)) => (k, payment_fingerprint(p)),
-            (EventKind::RefundSucceeded(r), Some(k)) => (k, refund_fingerprint(r)),
+        let (key, fingerprint) = match (ev.key(), ClaimedFacts::of(&ev.kind)) {
+            (Some(k), Some(facts)) => (k, facts.fingerprint()),
             _ => return Ok(Answer::json(200, &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) }, Outcome::Ignored)),
         };
-        let token = match self.store.claim(&key, &fingerprint, d.lease_ms).await? {
+        let (token, took_over) = match self.store.claim(&key, &fingerprint, d.lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
                     tracing::info!(key = %key, "took over an expired claim; resuming its steps");
                 }
-                token
+                (token, took_over)
             }
             ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
             ClaimOutcome::InFlight { retry_after_ms } => {
@@ -214,22 +216,30 @@ impl<S: Store> Pipeline<S> {
                 return Ok(Answer::json(422, &p, Outcome::Conflict));
             }
         };
-        match self.apply(ev, &key).await? {
+        let settled = self.apply(ev, &key).await?;
+        let mut answer = self.settle(&key, &token, settled).await?;
+        answer.took_over = took_over;
+        Ok(answer)
+    }
+
+    /// Finalizes (money moved) or releases (surely nothing moved) our claim.
+    async fn settle(&self, key: &IdempotencyKey, token: &OwnerToken, settled: Settled) -> Result<Answer, PipelineError> {
+        match settled {
             Settled::Final(answer) => {
                 let stored = StoredResponse { status: answer.status, body: answer.body.clone() };
-                match self.store.finalize(&key, &token, &stored).await? {
+                match self.store.finalize(key, token, &stored).await? {
                     FinalizeOutcome::Done => Ok(answer),
                     // Our lease expired and a successor finished first: its answer stands.
                     FinalizeOutcome::Superseded(Some(theirs)) => Ok(Answer::replay(theirs)),
                     // A successor holds the claim and has not finished: it will.
                     FinalizeOutcome::Superseded(None) => {
-                        let p = Problem::new("in_flight", "superseded by a newer attempt", Some(&key));
+                        let p = Problem::new("in_flight", "superseded by a newer attempt", Some(key));
                         Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(1_000))
                     }
                 }
             }
             Settled::NothingMoved(answer) => {
-                self.store.release(&key, &token).await?;
+                self.store.release(key, token).await?;
                 Ok(answer)
             }
         }
@@ -343,15 +353,6 @@ fn conflict(key: Option<&IdempotencyKey>, m: &Mismatch) -> Answer {
     );
     p.mismatch = Some(m);
     Answer::json(422, &p, Outcome::Conflict)
-}
-
-/// What a payment key moves: the same key with another fingerprint is a conflict.
-pub fn payment_fingerprint(p: &PaymentFacts) -> String {
-    format!("payment|{}|{}|{}", p.account, p.money.amount.get(), p.money.currency)
-}
-
-pub fn refund_fingerprint(r: &RefundFacts) -> String {
-    format!("refund|{}|{}|{}", r.payment_reference, r.money.amount.get(), r.money.currency)
 }
 
 fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {

@@ -58,6 +58,26 @@ pub enum Command {
         /// Path of an API Gateway HTTP API (v2) event JSON file.
         file: std::path::PathBuf,
     },
+    /// One reconciliation pass: resume stuck claims, ask providers about open payments,
+    /// re-drive failed deliveries. Prints the report (JSON).
+    Reconcile,
+    /// Re-drive stored deliveries through the pipeline (same filters as `events`). Replaying
+    /// what was applied changes nothing; what failed or was parked applies now.
+    Replay {
+        #[command(flatten)]
+        filter: EventsArgs,
+        /// Say what each would do; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Also replay deliveries that were themselves replays.
+        #[arg(long)]
+        include_replays: bool,
+        /// At most this many deliveries.
+        #[arg(long, default_value_t = 10_000)]
+        max: usize,
+    },
     /// Drive the sample events against a running server and print what happened.
     Demo {
         #[arg(long, default_value = "http://127.0.0.1:3000")]
@@ -231,9 +251,50 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         }
         Command::Payments { action } => payments(action, &store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
+        Command::Reconcile => {
+            let ops = crate::runtime::ops(&config, store)?;
+            let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli").await.map_err(CliError::Other)?;
+            print_json(&report)
+        }
+        Command::Replay { filter, dry_run, concurrency, include_replays, max } => {
+            replay_command(&filter, dry_run, concurrency, include_replays, max, &config, store).await
+        }
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
     }
+}
+
+async fn replay_command(
+    filter: &EventsArgs,
+    dry_run: bool,
+    concurrency: usize,
+    include_replays: bool,
+    max: usize,
+    config: &Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
+    let ops = crate::runtime::ops(config, store)?;
+    let who = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let opts = crate::replay::ReplayOptions {
+        dry_run,
+        concurrency,
+        started_by: format!("cli:{who}"),
+        lease_ms: config.lease_ms,
+        include_replays,
+        max,
+    };
+    let summary = crate::replay::replay(&ops.pipeline, &ops.providers, &filter.filter()?, &opts, progress_bar)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    eprintln!();
+    print_json(&summary)
+}
+
+/// A one-line progress bar on stderr.
+fn progress_bar(done: usize, total: usize) {
+    let width = 30;
+    let filled = if total == 0 { width } else { done * width / total };
+    eprint!("\rreplaying [{}{}] {done}/{total}", "#".repeat(filled), "-".repeat(width - filled));
 }
 
 async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {

@@ -240,3 +240,80 @@ mod tests {
         Ok(())
     }
 }
+
+/// The money facts of a claimed operation, serialised canonically and stored with the claim.
+/// It is the fingerprint that tells a duplicate (same facts) from a conflict (other facts), and
+/// all reconciliation needs to finish a claim whose invocation died: the claim was only taken
+/// after the delivery's signature verified, so these facts are the provider's word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClaimedFacts {
+    Payment { reference: String, account: String, amount: i64, currency: String },
+    Refund { reference: String, payment_reference: String, amount: i64, currency: String },
+}
+
+impl ClaimedFacts {
+    /// The facts of a money-moving event; `None` for state-only or ignored events.
+    pub fn of(kind: &EventKind) -> Option<Self> {
+        match kind {
+            EventKind::PaymentSucceeded(p) => Some(ClaimedFacts::Payment {
+                reference: p.reference.to_string(),
+                account: p.account.to_string(),
+                amount: p.money.amount.get(),
+                currency: p.money.currency.to_string(),
+            }),
+            EventKind::RefundSucceeded(r) => Some(ClaimedFacts::Refund {
+                reference: r.refund_reference.to_string(),
+                payment_reference: r.payment_reference.to_string(),
+                amount: r.money.amount.get(),
+                currency: r.money.currency.to_string(),
+            }),
+            EventKind::PaymentState { .. } | EventKind::Ignored => None,
+        }
+    }
+
+    /// The canonical text stored as the claim's fingerprint.
+    pub fn fingerprint(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Rebuilds the event kind from a stored fingerprint (reconciliation of a stuck claim).
+    pub fn parse_kind(fingerprint: &str) -> Result<EventKind, String> {
+        let facts: ClaimedFacts = serde_json::from_str(fingerprint).map_err(|e| e.to_string())?;
+        let money = |amount: i64, currency: &str| -> Result<Money, String> {
+            let c = super::Currency::parse(currency).map_err(|e| e.to_string())?;
+            Money::new(amount, c).map_err(|e| e.to_string())
+        };
+        Ok(match facts {
+            ClaimedFacts::Payment { reference, account, amount, currency } => EventKind::PaymentSucceeded(PaymentFacts {
+                reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
+                account: AccountId::parse(&account).map_err(|e| e.to_string())?,
+                money: money(amount, &currency)?,
+            }),
+            ClaimedFacts::Refund { reference, payment_reference, amount, currency } => EventKind::RefundSucceeded(RefundFacts {
+                refund_reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
+                payment_reference: Reference::parse(&payment_reference).map_err(|e| e.to_string())?,
+                money: money(amount, &currency)?,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod facts_tests {
+    use super::*;
+    use crate::domain::Currency;
+
+    #[test]
+    fn fingerprints_round_trip_and_ignore_event_identity() -> Result<(), String> {
+        let kind = EventKind::PaymentSucceeded(PaymentFacts {
+            reference: Reference::parse("pay_1").map_err(|e| e.to_string())?,
+            account: AccountId::parse("wallet_42").map_err(|e| e.to_string())?,
+            money: Money::new(125_000, Currency::parse("NGN").map_err(|e| e.to_string())?).map_err(|e| e.to_string())?,
+        });
+        let fp = ClaimedFacts::of(&kind).map(|f| f.fingerprint()).ok_or("no facts")?;
+        assert_eq!(fp, r#"{"op":"payment","reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}"#);
+        assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
+        Ok(())
+    }
+}

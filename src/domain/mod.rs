@@ -6,7 +6,7 @@ mod money;
 mod payment;
 
 pub use event::{
-    AccountId, EventKind, IdempotencyKey, NormalisedEvent, Operation, PaymentFacts, ProviderId,
+    AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation, PaymentFacts, ProviderId,
     Reference, RefundFacts, StateFacts, TextError,
 };
 pub use money::{Currency, MinorUnits, Money, MoneyError};

@@ -2,6 +2,8 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB`), uniquely named tables per test, signed-request builders.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod faults;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -362,3 +362,31 @@ impl Payments for DynamoStore {
         self.read_payment(provider, reference).await
     }
 }
+
+impl DynamoStore {
+    /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
+    pub async fn open_payments(&self, status: PaymentStatus, before_ms: i64, limit: usize) -> Result<Vec<PaymentRecord>, StoreError> {
+        let table = &self.tables.payments;
+        let mut pages = self
+            .client
+            .query()
+            .table_name(table)
+            .index_name("open")
+            .key_condition_expression("#open = :s AND updated_at_ms < :before")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":s", s(status.as_str()))
+            .expression_attribute_values(":before", n(before_ms))
+            .into_paginator()
+            .items()
+            .send();
+        let mut out = Vec::new();
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(|e| unavailable("Query", table, e))?;
+            out.push(to_record(&item, table)?);
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}

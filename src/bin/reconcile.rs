@@ -1,0 +1,40 @@
+//! The operations function. On its schedule it runs a reconciliation pass; invoked directly with
+//! `{"action":"replay",…}` it replays stored deliveries. Outside Lambda it runs one pass and
+//! prints the report (`payhook reconcile` does the same from the CLI).
+
+use std::process::ExitCode;
+
+use lambda_http::lambda_runtime::{self, service_fn, LambdaEvent};
+use payhook::config::Config;
+use payhook::reconcile::invoke::handle;
+use payhook::runtime;
+use serde_json::Value;
+
+async fn run() -> Result<(), String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let store = runtime::dynamo_store(&config).await;
+    let ops = runtime::ops(&config, store).map_err(|e| e.to_string())?;
+    if !runtime::in_lambda() {
+        let report = handle(&ops, Value::Null, "local").await?;
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let ops = &ops;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        handle(ops, event.payload, &event.context.request_id).await
+    }))
+    .await
+    .map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    runtime::init_tracing();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

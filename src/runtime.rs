@@ -1,0 +1,58 @@
+//! Process start-up shared by the binaries: logging, and the SDK client built once.
+
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+
+use crate::config::Config;
+use crate::pipeline::Pipeline;
+use crate::reconcile::invoke::Ops;
+use crate::reconcile::{self, HttpProviderApi};
+use crate::store::dynamodb::DynamoStore;
+
+/// Logs to stderr (stdout is for results and metrics); JSON when Lambda asks for it.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().with_current_span(false).init();
+    } else {
+        builder.with_ansi(false).init();
+    }
+}
+
+/// True inside the Lambda runtime.
+pub fn in_lambda() -> bool {
+    std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
+}
+
+/// One SDK client per process. Endpoint, region and credentials come from the standard chain
+/// (`AWS_ENDPOINT_URL_DYNAMODB` points it at dynalite or DynamoDB Local). Attempts are bounded
+/// so a stalled call fails inside the Lambda deadline and the provider retries.
+pub async fn dynamo_store(config: &Config) -> DynamoStore {
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(3))
+        .operation_timeout(Duration::from_secs(10))
+        .build();
+    let sdk = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts).load().await;
+    DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.tables.clone(), config.store)
+}
+
+/// What the operations function (reconcile, replay) needs.
+pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
+    let get = |name: &str| std::env::var(name).ok();
+    let (providers, problems) = config.providers();
+    for (p, e) in problems {
+        tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
+    }
+    Ok(Ops {
+        pipeline: Pipeline::new(store),
+        providers,
+        api: HttpProviderApi::new(reconcile::config::endpoints(&get))?,
+        settings: reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms)),
+    })
+}

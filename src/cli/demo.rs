@@ -24,7 +24,6 @@ pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore)
     let body = event.get("body").and_then(Value::as_str).unwrap_or_default().to_owned();
     let parsed: Value = serde_json::from_str(&body).map_err(|e| CliError::Usage(e.to_string()))?;
     let event_id = parsed.get("id").and_then(Value::as_str).unwrap_or("evt").to_owned();
-    let account = parsed.pointer("/data/account").and_then(Value::as_str).unwrap_or_default().to_owned();
     let target = format!("{}/webhooks/{provider}", url.trim_end_matches('/'));
     let send = |id: String| {
         let headers = sign_headers(provider, config, body.as_bytes(), &id, now_ms() / 1_000);
@@ -56,7 +55,10 @@ pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore)
     let bad = post(&target, &forged, body.clone().into_bytes()).await?;
     step("bad signature", &bad);
 
-    let account = AccountId::parse(&account).map_err(|e| CliError::Usage(format!("sample account: {e}")))?;
+    // The applied answer names the credited account, whatever the provider's payload shape.
+    let applied: Value = serde_json::from_str(&first.body).unwrap_or(Value::Null);
+    let account = applied.get("account").and_then(Value::as_str).unwrap_or_default();
+    let account = AccountId::parse(account).map_err(|e| CliError::Other(format!("first delivery was not applied ({e}): {}", first.body)))?;
     let balance = store.balance(&account).await?;
     print_json(&json!({
         "first": first,

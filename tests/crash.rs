@@ -212,12 +212,13 @@ async fn chaos_seed_c() {
 async fn fake_provider(answers: HashMap<String, serde_json::Value>) -> (String, Arc<Mutex<Vec<String>>>) {
     use axum::extract::{Path, State};
     use axum::http::HeaderMap;
+    type Fake = (Arc<HashMap<String, serde_json::Value>>, Arc<Mutex<Vec<String>>>);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let state = (Arc::new(answers), seen.clone());
+    let state: Fake = (Arc::new(answers), seen.clone());
     let app = axum::Router::new()
         .route(
             "/payments/{reference}",
-            axum::routing::get(|State((answers, seen)): State<(Arc<HashMap<String, serde_json::Value>>, Arc<Mutex<Vec<String>>>)>, Path(r): Path<String>, headers: HeaderMap| async move {
+            axum::routing::get(|State((answers, seen)): State<Fake>, Path(r): Path<String>, headers: HeaderMap| async move {
                 seen.lock().unwrap().push(headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned());
                 match answers.get(&r) {
                     Some(v) => (axum::http::StatusCode::OK, v.to_string()),

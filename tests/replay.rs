@@ -162,7 +162,8 @@ async fn time_range_and_outcome_filters_are_exact_across_pages_and_days() {
     let (since, until) = (start + day + 3, start + 3 * day + 11);
 
     // WHEN/THEN each filter, read 7 at a time, returns exactly the matching deliveries, newest first
-    let cases: Vec<(LogFilter, Box<dyn Fn(&Delivery) -> bool>)> = vec![
+    type Keep = Box<dyn Fn(&Delivery) -> bool>;
+    let cases: Vec<(LogFilter, Keep)> = vec![
         (LogFilter { since_ms: Some(since), until_ms: Some(until), ..LogFilter::default() },
             Box::new(move |d: &Delivery| d.received_at_ms >= since && d.received_at_ms < until)),
         (LogFilter { outcome: Some(Outcome::Failed), ..LogFilter::default() }, Box::new(|d: &Delivery| d.outcome == Outcome::Failed)),

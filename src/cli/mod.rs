@@ -234,7 +234,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
                     Ok(())
                 }
                 Format::Table => {
-                    println!("{:<32} {:<12} {:<20} {:<10} {:>4}  {}", "delivery", "provider", "event", "outcome", "http", "key");
+                    println!("{:<32} {:<12} {:<20} {:<10} {:>4}  key", "delivery", "provider", "event", "outcome", "http");
                     for d in &page.deliveries {
                         println!(
                             "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
@@ -293,7 +293,7 @@ async fn replay_command(
 /// A one-line progress bar on stderr.
 fn progress_bar(done: usize, total: usize) {
     let width = 30;
-    let filled = if total == 0 { width } else { done * width / total };
+    let filled = (done * width).checked_div(total).unwrap_or(width).min(width);
     eprint!("\rreplaying [{}{}] {done}/{total}", "#".repeat(filled), "-".repeat(width - filled));
 }
 

@@ -39,7 +39,7 @@ impl Answer {
     }
 
     fn retry_after(mut self, ms: i64) -> Self {
-        self.retry_after_s = Some(u64::try_from(ms.max(1_000) / 1_000).unwrap_or(1));
+        self.retry_after_s = Some(u64::try_from(seconds_ceil(ms)).unwrap_or(1));
         self
     }
 
@@ -166,11 +166,7 @@ impl<S: Store> Pipeline<S> {
     async fn decide(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
         let ev = d.event;
         match &ev.kind {
-            EventKind::Ignored => Ok(Answer::json(
-                200,
-                &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) },
-                Outcome::Ignored,
-            )),
+            EventKind::Ignored => Ok(ignored(ev)),
             EventKind::PaymentState { facts, to } => {
                 let answer = match self.store.move_state(ev.provider, facts, *to).await? {
                     StateOutcome::Applied(p) => state_answer("applied", &p.reference, p.status.as_str(), Outcome::Applied),
@@ -192,7 +188,7 @@ impl<S: Store> Pipeline<S> {
         let ev = d.event;
         let (key, fingerprint) = match (ev.key(), ClaimedFacts::of(&ev.kind)) {
             (Some(k), Some(facts)) => (k, facts.fingerprint()),
-            _ => return Ok(Answer::json(200, &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) }, Outcome::Ignored)),
+            _ => return Ok(ignored(ev)),
         };
         let (token, took_over) = match self.store.claim(&key, &fingerprint, d.lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
@@ -204,7 +200,7 @@ impl<S: Store> Pipeline<S> {
             ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
             ClaimOutcome::InFlight { retry_after_ms } => {
                 let mut p = Problem::new("in_flight", "this operation is being processed; retry later", Some(&key));
-                p.retry_after_s = Some(retry_after_ms.max(1_000) / 1_000);
+                p.retry_after_s = Some(seconds_ceil(retry_after_ms));
                 return Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(retry_after_ms));
             }
             ClaimOutcome::Conflict { .. } => {
@@ -251,9 +247,8 @@ impl<S: Store> Pipeline<S> {
         match &ev.kind {
             EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
             EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
-            EventKind::PaymentState { .. } | EventKind::Ignored => {
-                Ok(Settled::NothingMoved(Answer::json(200, &Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) }, Outcome::Ignored)))
-            }
+            // `money` only calls this for money events; anything else moves nothing.
+            EventKind::PaymentState { .. } | EventKind::Ignored => Ok(Settled::NothingMoved(ignored(ev))),
         }
     }
 
@@ -302,7 +297,7 @@ impl<S: Store> Pipeline<S> {
             // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
             RefundOutcome::NotYetPaid(_) => {
                 let mut p = Problem::new("payment_not_paid", "the refunded payment is not PAID yet; retry later", Some(key));
-                p.retry_after_s = Some(PARKED_RETRY_MS / 1_000);
+                p.retry_after_s = Some(seconds_ceil(PARKED_RETRY_MS));
                 return Ok(Settled::NothingMoved(Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)));
             }
             RefundOutcome::Refused { reason, payment } => {
@@ -335,6 +330,18 @@ impl<S: Store> Pipeline<S> {
         };
         Ok(Settled::Final(Answer::json(200, &body, Outcome::Applied)))
     }
+}
+
+/// Types we acknowledge (200, so the provider stops retrying) and log, but do not act on.
+fn ignored(ev: &NormalisedEvent) -> Answer {
+    let body = Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) };
+    Answer::json(200, &body, Outcome::Ignored)
+}
+
+/// Whole seconds to wait, rounded up: a client retrying after `Retry-After` must find the lease
+/// expired, not a few hundred milliseconds short of it.
+fn seconds_ceil(ms: i64) -> i64 {
+    (ms.max(1) + 999) / 1_000
 }
 
 fn state_answer(status: &str, reference: &crate::domain::Reference, payment_status: &str, outcome: Outcome) -> Answer {

@@ -199,7 +199,7 @@ async fn a_key_in_flight_gets_409_with_retry_after() {
     // THEN 409 + Retry-After, nothing credited, the delivery logged as in flight
     assert_eq!(r.status, 409, "{}", r.body);
     let retry: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
-    assert!((55..=60).contains(&retry), "Retry-After {retry}");
+    assert!((56..=60).contains(&retry), "Retry-After {retry}");
     assert_eq!(balance_of(&store, "w_if").await, (0, 0));
     let filter = LogFilter { outcome: Some(Outcome::InFlight), ..LogFilter::default() };
     assert_eq!(store.query(&filter, 10, None).await.unwrap().deliveries.len(), 1);

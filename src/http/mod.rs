@@ -135,7 +135,7 @@ async fn webhook(
                 outcome = %answer.outcome, status = answer.status, "delivery"
             );
             // The pipeline does not report takeovers in its answer yet (it logs them).
-            let disposition = Disposition::Processed { outcome: answer.outcome, took_over: false };
+            let disposition = Disposition::Processed { outcome: answer.outcome, took_over: answer.took_over };
             app.count(provider_id, disposition, request_id.as_deref());
             respond(answer)
         }

@@ -235,27 +235,7 @@ impl DynamoStore {
     /// IN_PROGRESS claims whose lease expired before `now_ms`, oldest first, from the sparse
     /// `open` index (eventually consistent: reconciliation re-judges each under a condition).
     pub async fn stuck_claims(&self, now_ms: i64, limit: usize) -> Result<Vec<ClaimRecord>, StoreError> {
-        let table = &self.tables.idempotency;
-        let mut pages = self
-            .client
-            .query()
-            .table_name(table)
-            .index_name("open")
-            .key_condition_expression("#open = :inprog AND lease_expires_at_ms < :now")
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_values(":inprog", s(IN_PROGRESS))
-            .expression_attribute_values(":now", n(now_ms))
-            .into_paginator()
-            .items()
-            .send();
-        let mut out = Vec::new();
-        while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| unavailable("Query", table, e))?;
-            out.push(to_record(&item, table)?);
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
+        let table = self.tables.idempotency.clone();
+        self.read_open(&table, "lease_expires_at_ms", IN_PROGRESS, now_ms, limit, to_record).await
     }
 }

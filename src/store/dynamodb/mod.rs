@@ -67,3 +67,39 @@ impl DynamoStore {
         &self.client
     }
 }
+
+impl DynamoStore {
+    /// Reads the sparse `open` index of `table`: items whose `open` is `state` and whose range
+    /// key is below `below`, mapped by `map`, at most `limit`. Reconciliation's only reads.
+    pub(crate) async fn read_open<T>(
+        &self,
+        table: &str,
+        range_key: &str,
+        state: &str,
+        below: i64,
+        limit: usize,
+        map: impl Fn(&item::Item, &str) -> Result<T, crate::store::StoreError>,
+    ) -> Result<Vec<T>, crate::store::StoreError> {
+        let mut pages = self
+            .client
+            .query()
+            .table_name(table)
+            .index_name("open")
+            .key_condition_expression(format!("#open = :state AND {range_key} < :below"))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":state", item::s(state))
+            .expression_attribute_values(":below", item::n(below))
+            .into_paginator()
+            .items()
+            .send();
+        let mut out = Vec::new();
+        while let Some(found) = pages.next().await {
+            let found = found.map_err(|e| item::unavailable("Query", table, e))?;
+            out.push(map(&found, table)?);
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}

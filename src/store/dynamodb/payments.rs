@@ -366,27 +366,7 @@ impl Payments for DynamoStore {
 impl DynamoStore {
     /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
     pub async fn open_payments(&self, status: PaymentStatus, before_ms: i64, limit: usize) -> Result<Vec<PaymentRecord>, StoreError> {
-        let table = &self.tables.payments;
-        let mut pages = self
-            .client
-            .query()
-            .table_name(table)
-            .index_name("open")
-            .key_condition_expression("#open = :s AND updated_at_ms < :before")
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_values(":s", s(status.as_str()))
-            .expression_attribute_values(":before", n(before_ms))
-            .into_paginator()
-            .items()
-            .send();
-        let mut out = Vec::new();
-        while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| unavailable("Query", table, e))?;
-            out.push(to_record(&item, table)?);
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
+        let table = self.tables.payments.clone();
+        self.read_open(&table, "updated_at_ms", status.as_str(), before_ms, limit, to_record).await
     }
 }

@@ -18,7 +18,7 @@ use http::HeaderMap;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::json::{parse_strict, Fields};
+use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
 use crate::domain::{
@@ -147,12 +147,9 @@ impl Provider for Flutterwave {
     }
 
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError> {
-        let root = parse_strict(body)?;
-        // parse_strict accepted it, so it is UTF-8.
+        let root = parse_object(body)?;
+        // parse_object accepted it, so it is UTF-8.
         let text = std::str::from_utf8(body).map_err(|_| PayloadError::NotUtf8)?;
-        if !root.is_object() {
-            return Err(PayloadError::invalid("body", "must be a JSON object"));
-        }
         let f = Fields::new(&root);
         let event_type = match f.opt_str("event")? {
             Some(e) => e.to_owned(),

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use http::HeaderMap;
 
-use super::json::{parse_strict, Fields};
+use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
 use crate::domain::{
@@ -86,10 +86,7 @@ impl Provider for Generic {
     }
 
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError> {
-        let root = parse_strict(body)?;
-        if !root.is_object() {
-            return Err(PayloadError::invalid("body", "must be a JSON object"));
-        }
+        let root = parse_object(body)?;
         let f = Fields::new(&root);
         let event_id = f.str("id")?.to_owned();
         let event_type = f.str("type")?.to_owned();

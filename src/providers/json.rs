@@ -18,6 +18,15 @@ pub fn parse_strict(body: &[u8]) -> Result<Value, PayloadError> {
     Ok(value)
 }
 
+/// [`parse_strict`], and the top level must be an object: every provider's payload is one.
+pub fn parse_object(body: &[u8]) -> Result<Value, PayloadError> {
+    let root = parse_strict(body)?;
+    if !root.is_object() {
+        return Err(PayloadError::invalid("body", "must be a JSON object"));
+    }
+    Ok(root)
+}
+
 struct StrictSeed;
 
 impl<'de> DeserializeSeed<'de> for StrictSeed {

@@ -14,7 +14,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::json::{parse_strict, Fields};
+use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
 use crate::domain::{EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts};
@@ -75,10 +75,7 @@ impl Provider for Paystack {
     }
 
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError> {
-        let root = parse_strict(body)?;
-        if !root.is_object() {
-            return Err(PayloadError::invalid("body", "must be a JSON object"));
-        }
+        let root = parse_object(body)?;
         let f = Fields::new(&root);
         let event_type = f.str("event")?.to_owned();
         if !matches!(f.get("data"), Some(Value::Object(_))) {

@@ -14,7 +14,7 @@
 
 use http::HeaderMap;
 
-use super::json::{parse_strict, Fields};
+use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
 use crate::domain::{
@@ -124,10 +124,7 @@ impl Provider for Stripe {
     }
 
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError> {
-        let root = parse_strict(body)?;
-        if !root.is_object() {
-            return Err(PayloadError::invalid("body", "must be a JSON object"));
-        }
+        let root = parse_object(body)?;
         let f = Fields::new(&root);
         let event_id = f.str("id")?.to_owned();
         let event_type = f.str("type")?.to_owned();

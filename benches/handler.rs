@@ -72,7 +72,9 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             currency: Some(Currency::parse("NGN").unwrap()),
             refunded_minor: 0,
             refund_keys: Vec::new(),
+            reversed_refund_keys: Vec::new(),
             paid_key: Some(key.as_str().to_owned()),
+            ledger_shard: Some(0),
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,
@@ -80,19 +82,16 @@ fn stored(ev: &NormalisedEvent) -> Stored {
     }
 }
 
-/// The claim fingerprint, as the pipeline builds it for a payment.
+/// The claim fingerprint, by the pipeline's own code.
 fn fingerprint(ev: &NormalisedEvent) -> String {
-    match &ev.kind {
-        EventKind::PaymentSucceeded(p) => format!("payment|{}|{}|{}", p.account, p.money.amount.get(), p.money.currency),
-        _ => String::new(),
-    }
+    payhook::domain::ClaimedFacts::of(&ev.kind).map(|f| f.fingerprint()).unwrap_or_default()
 }
 
 /// Both judges the pipeline may consult, on the store's answers.
 fn decide(ev: &NormalisedEvent, key: &IdempotencyKey, fp: &str, s: &Stored) -> bool {
     let EventKind::PaymentSucceeded(p) = &ev.kind else { return false };
-    let claim = judge_existing(&s.claim, fp, NOW_S * 1_000);
-    let paid = judge_paid(Some(s.payment.clone()), p, key);
+    let claim = judge_existing(&s.claim, fp, NOW_S * 1_000, &payhook::idempotency::OwnerToken::from_stored("bench".into()));
+    let paid = judge_paid(Some(s.payment.clone()), p, key, false);
     black_box(&claim);
     black_box(&paid);
     true
@@ -105,7 +104,7 @@ fn answer(ev: &NormalisedEvent, key: &IdempotencyKey) -> String {
         key: key.as_str(),
         reference: p.reference.as_str(),
         payment_reference: None,
-        account: p.account.as_str(),
+        account: p.account.as_ref().map_or("", |a| a.as_str()),
         amount: p.money.amount.get(),
         currency: p.money.currency.as_str(),
     };

@@ -7,7 +7,7 @@ use crate::providers::paystack::Paystack;
 use crate::providers::stripe::Stripe;
 use crate::providers::{Provider, Providers, SignatureError};
 use crate::store::dynamodb::{StoreSettings, TableNames};
-use crate::domain::ProviderId;
+use crate::domain::{AccountId, ProviderId};
 
 /// Every environment variable payhook reads, with what it means. The template check asserts that
 /// template.yaml sets each one the functions need; keep this the only list.
@@ -21,7 +21,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_SIGNATURE_TOLERANCE_S", "accepted clock difference of signed timestamps"),
     ("PAYHOOK_CLAIM_RETENTION_DAYS", "how long claims (and their stored responses) are kept"),
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
-    ("PAYHOOK_LEDGER_SHARDS", "ledger write shards per account (only ever grow it)"),
+    ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
     ("PAYHOOK_GENERIC_SECRETS", "Standard Webhooks secrets, space-separated (rotation)"),
     ("PAYHOOK_STRIPE_SECRETS", "Stripe endpoint secrets (whsec_…), space-separated (rotation)"),
     ("PAYHOOK_STRIPE_ACCOUNT_KEY", "metadata key of the account on Stripe objects (default account)"),
@@ -80,6 +80,8 @@ pub struct Config {
     /// Flutterwave v4 secrets (HMAC keys only), parsed with the v3 hashes.
     pub flutterwave_v4_secrets: Option<String>,
     pub adapters: AdapterSettings,
+    /// Credited when a payment success names no account and its payment has none.
+    pub default_account: Option<AccountId>,
 }
 
 /// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in
@@ -134,7 +136,15 @@ impl Config {
         let store = StoreSettings {
             claim_retention_s: positive(&get, "PAYHOOK_CLAIM_RETENTION_DAYS", 30)? * day_s,
             log_retention_s: positive(&get, "PAYHOOK_LOG_RETENTION_DAYS", 90)? * day_s,
-            ledger_shards: u32::try_from(positive(&get, "PAYHOOK_LEDGER_SHARDS", 4)?).unwrap_or(4),
+        };
+        let name = "PAYHOOK_DEFAULT_ACCOUNT";
+        let default_account = match get(name).filter(|v| !v.trim().is_empty()) {
+            None => None,
+            Some(v) => Some(AccountId::parse(v.trim()).map_err(|_| ConfigError::Invalid {
+                name,
+                value: v,
+                reason: "must be an account id (no control characters, at most 200 characters)",
+            })?),
         };
         let secrets = SECRET_VARS.into_iter().filter_map(|(p, name)| get(name).map(|v| (p, v))).collect();
         Ok(Config {
@@ -146,6 +156,7 @@ impl Config {
             secrets,
             flutterwave_v4_secrets: get("PAYHOOK_FLUTTERWAVE_V4_SECRETS"),
             adapters: adapter_settings(&get)?,
+            default_account,
         })
     }
 

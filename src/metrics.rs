@@ -63,6 +63,8 @@ pub fn metric_name(outcome: Outcome) -> &'static str {
         Outcome::Ignored => "Ignored",
         Outcome::Parked => "Parked",
         Outcome::Failed => "Failed",
+        Outcome::AlreadyApplied => "AlreadyApplied",
+        Outcome::Unassigned => "Unassigned",
     }
 }
 

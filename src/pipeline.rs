@@ -5,12 +5,14 @@
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, RefundFacts,
+    now_ms, AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation, PaymentFacts,
+    RefundFacts,
 };
 use crate::eventlog::{Delivery, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{
-    Ledger, Mismatch, PaidOutcome, Payments, Posting, RefundOutcome, StateOutcome,
+    shard_of_payment, Ledger, LedgerLayout, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
+    Posting, RefundOutcome, ReversalOutcome, StateOutcome,
 };
 use crate::store::StoreError;
 
@@ -127,16 +129,29 @@ enum Settled {
     NothingMoved(Answer),
 }
 
-/// Seconds a provider is asked to wait before redelivering a parked refund.
+/// Milliseconds a provider is asked to wait before redelivering a parked refund.
 const PARKED_RETRY_MS: i64 = 30_000;
+/// Milliseconds to wait after concurrent writers kept a payment busy.
+const CONTENDED_RETRY_MS: i64 = 1_000;
 
 pub struct Pipeline<S> {
     store: S,
+    /// Credited when a payment success names no account and the payment has none.
+    default_account: Option<AccountId>,
+    /// The ledger layout, read once per process: only used to place a payment paid for the first
+    /// time (the placement is then recorded on the payment).
+    layout: tokio::sync::OnceCell<LedgerLayout>,
 }
 
 impl<S: Store> Pipeline<S> {
     pub fn new(store: S) -> Self {
-        Pipeline { store }
+        Pipeline { store, default_account: None, layout: tokio::sync::OnceCell::new() }
+    }
+
+    /// Credits `account` for payment successes that name none (`PAYHOOK_DEFAULT_ACCOUNT`).
+    pub fn with_default_account(mut self, account: Option<AccountId>) -> Self {
+        self.default_account = account;
+        self
     }
 
     pub fn store(&self) -> &S {
@@ -146,16 +161,14 @@ impl<S: Store> Pipeline<S> {
     /// Processes one delivery and logs it. On error nothing is answered but 5xx, and a claim
     /// taken is kept for the retry to resume.
     pub async fn process(&self, d: Delivered<'_>) -> Result<Answer, PipelineError> {
-        let mut answer = match self.decide(&d).await {
+        let bound = match self.bind(d.event).await {
+            Ok(b) => b,
+            Err(e) => return Err(self.failed(&d, e).await),
+        };
+        let d = Delivered { event: bound.as_ref().unwrap_or(d.event), ..d };
+        let mut answer = match self.decide(d.event, d.lease_ms).await {
             Ok(a) => a,
-            Err(e) => {
-                // Best effort: record that this delivery failed, for operators and reconciliation.
-                let failed = Answer::json(503, &Problem::new("store_unavailable", "retry later", None), Outcome::Failed);
-                if let Err(log_err) = self.store.append(&delivery(&d, &failed)).await {
-                    tracing::warn!(error = %log_err, "could not log a failed delivery");
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(self.failed(&d, e).await),
         };
         let record = delivery(&d, &answer);
         self.store.append(&record).await?;
@@ -163,8 +176,16 @@ impl<S: Store> Pipeline<S> {
         Ok(answer)
     }
 
-    async fn decide(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
-        let ev = d.event;
+    /// Best effort: records that this delivery failed, for operators and reconciliation.
+    async fn failed(&self, d: &Delivered<'_>, e: PipelineError) -> PipelineError {
+        let failed = Answer::json(503, &Problem::new("store_unavailable", "retry later", None), Outcome::Failed);
+        if let Err(log_err) = self.store.append(&delivery(d, &failed)).await {
+            tracing::warn!(error = %log_err, "could not log a failed delivery");
+        }
+        e
+    }
+
+    async fn decide(&self, ev: &NormalisedEvent, lease_ms: i64) -> Result<Answer, PipelineError> {
         match &ev.kind {
             EventKind::Ignored => Ok(ignored(ev)),
             EventKind::PaymentState { facts, to } => {
@@ -179,18 +200,56 @@ impl<S: Store> Pipeline<S> {
                 };
                 Ok(answer)
             }
-            EventKind::PaymentSucceeded(_) | EventKind::RefundSucceeded(_) => self.money(d).await,
+            EventKind::PaymentSucceeded(_) | EventKind::RefundSucceeded(_) | EventKind::RefundReversed(_) => {
+                self.money(ev, lease_ms).await
+            }
+            // Still unpriced: its payment (and so its currency) is not known yet.
+            EventKind::RefundUnpriced(u) => {
+                Ok(parked(&IdempotencyKey::new(ev.provider, Operation::Refund, &u.refund_reference)))
+            }
         }
     }
 
+    /// An event about a provider transaction is re-addressed to the payment reference that
+    /// transaction was first seen under, so a changed key setting never re-keys a payment.
+    /// An unpriced refund is then priced in its payment's currency (stored once, never changed).
+    async fn bind(&self, ev: &NormalisedEvent) -> Result<Option<NormalisedEvent>, PipelineError> {
+        let mut out = None;
+        if let (Some(txn), Some(reference)) = (ev.transaction_id.as_deref(), ev.reference()) {
+            let bound = self.store.bind_reference(ev.provider, txn, reference).await?;
+            if &bound != reference {
+                tracing::info!(transaction = txn, reference = %bound, "transaction bound to its first reference");
+                out = Some(ev.clone().with_payment_reference(bound));
+            }
+        }
+        let current = out.as_ref().unwrap_or(ev);
+        if let EventKind::RefundUnpriced(u) = &current.kind {
+            let payment = self.store.payment(current.provider, &u.payment_reference).await?;
+            if let Some(currency) = payment.and_then(|p| p.currency) {
+                match crate::domain::Money::from_major_decimal(&u.amount_major, currency) {
+                    Ok(money) => {
+                    let facts = RefundFacts {
+                        refund_reference: u.refund_reference.clone(),
+                        payment_reference: u.payment_reference.clone(),
+                        money,
+                    };
+                        out = Some(NormalisedEvent { kind: EventKind::RefundSucceeded(facts), ..current.clone() });
+                    }
+                    // Stays unpriced (parked): an amount the payment's currency cannot hold.
+                    Err(e) => tracing::warn!(amount = %u.amount_major, %currency, error = %e, "refund amount not in its payment's currency"),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The claim protocol around one money movement.
-    async fn money(&self, d: &Delivered<'_>) -> Result<Answer, PipelineError> {
-        let ev = d.event;
+    async fn money(&self, ev: &NormalisedEvent, lease_ms: i64) -> Result<Answer, PipelineError> {
         let (key, fingerprint) = match (ev.key(), ClaimedFacts::of(&ev.kind)) {
             (Some(k), Some(facts)) => (k, facts.fingerprint()),
             _ => return Ok(ignored(ev)),
         };
-        let (token, took_over) = match self.store.claim(&key, &fingerprint, d.lease_ms).await? {
+        let (token, took_over) = match self.store.claim(&key, &fingerprint, lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
                     tracing::info!(key = %key, "took over an expired claim; resuming its steps");
@@ -247,89 +306,166 @@ impl<S: Store> Pipeline<S> {
         match &ev.kind {
             EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
             EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
+            EventKind::RefundReversed(r) => self.reverse(ev, r, key).await,
             // `money` only calls this for money events; anything else moves nothing.
-            EventKind::PaymentState { .. } | EventKind::Ignored => Ok(Settled::NothingMoved(ignored(ev))),
+            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
+                Ok(Settled::NothingMoved(ignored(ev)))
+            }
         }
     }
 
     async fn credit(&self, ev: &NormalisedEvent, p: &PaymentFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
-        match self.store.mark_paid(ev.provider, p, key).await? {
-            PaidOutcome::Applied(_) => {}
-            PaidOutcome::AlreadyApplied(_) => tracing::info!(key = %key, "payment step already done; resuming"),
+        let layout = self.layout.get_or_try_init(|| self.store.layout()).await?;
+        let new = NewCredit { shard: layout.place(key), default_account: self.default_account.as_ref() };
+        let (payment, resumed) = match self.store.mark_paid(ev.provider, p, key, new).await? {
+            PaidOutcome::Applied(rec) => (rec, false),
+            PaidOutcome::AlreadyApplied(rec) => (rec, true),
             PaidOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
             PaidOutcome::NotPayable(rec) => {
                 let p = Problem::new(
                     "payment_not_payable",
-                    format!("payment is {}; a success for it needs a human", rec.status),
+                    format!("payment is {} under another key; it needs a human", rec.status),
                     Some(key),
                 );
                 return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
             }
-        }
-        let posting = Posting {
-            key: key.clone(),
-            account: p.account.clone(),
-            currency: p.money.currency,
-            amount_minor: p.money.amount.get(),
-            reference: p.reference.clone(),
-            posted_at_ms: now_ms(),
+            // Acknowledged so the provider stops retrying; applicable later by a replay.
+            PaidOutcome::Unassigned(_) => {
+                let body = Unassigned { status: "unassigned", key: key.as_str(), reference: p.reference.as_str() };
+                return Ok(Settled::NothingMoved(Answer::json(200, &body, Outcome::Unassigned)));
+            }
+            PaidOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
-        self.store.post(&posting).await?;
+        let amount = p.money.amount.get();
+        let posted = self.post(&payment, key, amount, p.money.currency, &p.reference).await?;
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied {
             status: "applied",
             key: key.as_str(),
             reference: p.reference.as_str(),
             payment_reference: None,
-            account: p.account.as_str(),
-            amount: p.money.amount.get(),
+            account,
+            amount,
             currency: p.money.currency.as_str(),
         };
-        Ok(Settled::Final(Answer::json(200, &body, Outcome::Applied)))
+        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
+    }
+
+    /// Posts `amount_minor` (signed) for `payment` under `key`, in the payment's recorded shard.
+    async fn post(
+        &self,
+        payment: &PaymentRecord,
+        key: &IdempotencyKey,
+        amount_minor: i64,
+        currency: crate::domain::Currency,
+        reference: &crate::domain::Reference,
+    ) -> Result<PostOutcome, PipelineError> {
+        let account = payment.account.clone().ok_or_else(|| crate::store::StoreError::Corrupt {
+            table: "payments".into(),
+            key: payment.reference.to_string(),
+            reason: "a paid payment without an account".into(),
+        })?;
+        let posting = Posting {
+            key: key.clone(),
+            account,
+            // Entries of a payment all live where its credit was placed.
+            shard: shard_of_payment(payment, key),
+            currency,
+            amount_minor,
+            reference: reference.clone(),
+            posted_at_ms: now_ms(),
+        };
+        Ok(self.store.post(&posting).await?)
     }
 
     async fn debit(&self, ev: &NormalisedEvent, r: &RefundFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
-        let payment = match self.store.refund(ev.provider, r, key).await? {
-            RefundOutcome::Applied(p) => p,
-            RefundOutcome::AlreadyApplied(p) => {
-                tracing::info!(key = %key, "refund step already done; resuming");
-                p
-            }
+        let (payment, resumed) = match self.store.refund(ev.provider, r, key).await? {
+            RefundOutcome::Applied(p) => (p, false),
+            RefundOutcome::AlreadyApplied(p) => (p, true),
             // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
-            RefundOutcome::NotYetPaid(_) => {
-                let mut p = Problem::new("payment_not_paid", "the refunded payment is not PAID yet; retry later", Some(key));
-                p.retry_after_s = Some(seconds_ceil(PARKED_RETRY_MS));
-                return Ok(Settled::NothingMoved(Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)));
-            }
+            RefundOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
             RefundOutcome::Refused { reason, payment } => {
                 let p = Problem::new(reason, format!("refund refused; payment is {}", payment.status), Some(key));
                 return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
             }
+            // The provider reported this refund failed before its success arrived: it never applies.
+            RefundOutcome::Voided(_) => {
+                let body = Status { status: "stale", reference: Some(r.refund_reference.as_str()), payment_status: None, event_type: Some(&ev.event_type) };
+                return Ok(Settled::Final(Answer::json(200, &body, Outcome::Stale)));
+            }
             RefundOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            RefundOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
-        let Some(account) = payment.account.clone() else {
-            let p = Problem::new("payment_without_account", "the paid payment has no account to debit", Some(key));
-            return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
-        };
-        let posting = Posting {
-            key: key.clone(),
-            account: account.clone(),
-            currency: r.money.currency,
-            amount_minor: -r.money.amount.get(),
-            reference: r.payment_reference.clone(),
-            posted_at_ms: now_ms(),
-        };
-        self.store.post(&posting).await?;
+        let amount = r.money.amount.get();
+        let posted = self.post(&payment, key, -amount, r.money.currency, &r.payment_reference).await?;
         let body = Applied {
             status: "applied",
             key: key.as_str(),
             reference: r.refund_reference.as_str(),
             payment_reference: Some(r.payment_reference.as_str()),
-            account: account.as_str(),
-            amount: r.money.amount.get(),
+            account: payment.account.as_ref().map_or("", AccountId::as_str),
+            amount,
             currency: r.money.currency.as_str(),
         };
-        Ok(Settled::Final(Answer::json(200, &body, Outcome::Applied)))
+        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
     }
+
+    /// A refund the provider reports failed: its debit is credited back once (under the
+    /// reversal's own key), or, if it never applied, it is voided.
+    async fn reverse(&self, ev: &NormalisedEvent, r: &RefundFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+        let refund_key = IdempotencyKey::new(ev.provider, Operation::Refund, &r.refund_reference);
+        let (payment, resumed) = match self.store.reverse_refund(ev.provider, r, &refund_key).await? {
+            ReversalOutcome::Applied(p) => (p, false),
+            ReversalOutcome::AlreadyApplied(p) => (p, true),
+            ReversalOutcome::Voided(_) => {
+                let body = Status { status: "voided", reference: Some(r.refund_reference.as_str()), payment_status: None, event_type: Some(&ev.event_type) };
+                return Ok(Settled::Final(Answer::json(200, &body, Outcome::Stale)));
+            }
+            ReversalOutcome::NotYetPaid => return Ok(Settled::NothingMoved(parked(key))),
+            ReversalOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            ReversalOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
+        };
+        let amount = r.money.amount.get();
+        let posted = self.post(&payment, key, amount, r.money.currency, &r.payment_reference).await?;
+        let body = Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: r.refund_reference.as_str(),
+            payment_reference: Some(r.payment_reference.as_str()),
+            account: payment.account.as_ref().map_or("", AccountId::as_str),
+            amount,
+            currency: r.money.currency.as_str(),
+        };
+        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
+    }
+}
+
+#[derive(Serialize)]
+struct Unassigned<'a> {
+    status: &'static str,
+    key: &'a str,
+    reference: &'a str,
+}
+
+/// The applied answer. When every step was already done by an earlier attempt under the key
+/// (a resumed or re-driven attempt), the answer is the same but the outcome says so: operators
+/// must never be led to "fix" a double credit that did not happen.
+fn applied(body: &Applied<'_>, all_done_before: bool) -> Answer {
+    let outcome = if all_done_before { Outcome::AlreadyApplied } else { Outcome::Applied };
+    Answer::json(200, body, outcome)
+}
+
+fn parked(key: &IdempotencyKey) -> Answer {
+    let mut p = Problem::new("payment_not_paid", "the refunded payment is not PAID yet; retry later", Some(key));
+    p.retry_after_s = Some(seconds_ceil(PARKED_RETRY_MS));
+    Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)
+}
+
+/// A lost race is never final: answered retryable, nothing moved.
+fn contended(key: &IdempotencyKey) -> Answer {
+    let mut p = Problem::new("in_flight", "concurrent updates to this payment; retry later", Some(key));
+    p.retry_after_s = Some(seconds_ceil(CONTENDED_RETRY_MS));
+    Answer::json(409, &p, Outcome::InFlight).retry_after(CONTENDED_RETRY_MS)
 }
 
 /// Types we acknowledge (200, so the provider stops retrying) and log, but do not act on.

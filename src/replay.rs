@@ -37,7 +37,13 @@ pub enum ReplayError {
 pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, ReplayError> {
     if d.event_type == RESUME_EVENT_TYPE {
         let kind = ClaimedFacts::parse_kind(&d.raw_body).map_err(ReplayError::Facts)?;
-        return Ok(NormalisedEvent { provider: d.provider, event_id: d.event_id.clone(), event_type: d.event_type.clone(), kind });
+        return Ok(NormalisedEvent {
+            provider: d.provider,
+            event_id: d.event_id.clone(),
+            event_type: d.event_type.clone(),
+            kind,
+            transaction_id: None,
+        });
     }
     let adapter = providers.get(d.provider).ok_or(ReplayError::ProviderNotConfigured(d.provider))?;
     Ok(adapter.normalise(d.raw_body.as_bytes())?)
@@ -70,6 +76,9 @@ pub async fn predict(store: &DynamoStore, providers: &Providers, d: &Delivery) -
         return Ok(match store.get_claim(&key).await? {
             Some(c) if matches!(c.state, ClaimState::Done(_)) => "replay stored response (no change)".into(),
             Some(_) => "in flight (no change now)".into(),
+            // No claim (never claimed, released, or expired): the payment says whether the
+            // movement already happened under this key.
+            None if already_moved(store, &event, &key).await? => format!("already applied {key} (no change)"),
             None => format!("apply {key}"),
         });
     }
@@ -83,6 +92,22 @@ pub async fn predict(store: &DynamoStore, providers: &Providers, d: &Delivery) -
             }
         }
         _ => "ignore".into(),
+    })
+}
+
+/// True when the payment records that `key` already moved its money (claim expired since).
+async fn already_moved(store: &DynamoStore, event: &NormalisedEvent, key: &crate::domain::IdempotencyKey) -> Result<bool, ReplayError> {
+    let Some(reference) = event.reference() else { return Ok(false) };
+    let Some(p) = store.payment(event.provider, reference).await? else { return Ok(false) };
+    let k = key.as_str();
+    Ok(match &event.kind {
+        EventKind::PaymentSucceeded(_) => p.paid_key.as_deref() == Some(k),
+        EventKind::RefundSucceeded(_) => p.refund_keys.iter().any(|r| r == k),
+        EventKind::RefundReversed(r) => {
+            let refund = crate::domain::IdempotencyKey::new(event.provider, crate::domain::Operation::Refund, &r.refund_reference);
+            p.reversed_refund_keys.iter().any(|x| x == refund.as_str())
+        }
+        _ => false,
     })
 }
 

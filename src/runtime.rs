@@ -50,7 +50,7 @@ pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
     Ok(Ops {
-        pipeline: Pipeline::new(store),
+        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
         api: HttpProviderApi::new(reconcile::config::endpoints(&get))?,
         settings: reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms)),

@@ -113,8 +113,12 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     // AND A wakes up, resumes its steps and tries to finalize with its own answer
     let ev = payhook::domain::ClaimedFacts::parse_kind(fp).unwrap();
     let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else { panic!() };
-    assert!(matches!(store.mark_paid(ProviderId::Generic, &facts, &key).await.unwrap(), payhook::ledger::PaidOutcome::AlreadyApplied(_)));
-    let posting = Posting { key: key.clone(), account: facts.account.clone(), currency: ngn(), amount_minor: 900, reference: facts.reference.clone(), posted_at_ms: 0 };
+    let new = payhook::ledger::NewCredit { shard: 0, default_account: None };
+    let payhook::ledger::PaidOutcome::AlreadyApplied(paid) = store.mark_paid(ProviderId::Generic, &facts, &key, new).await.unwrap() else {
+        panic!("A's resumed payment step must find B's")
+    };
+    let shard = paid.ledger_shard.expect("placement recorded");
+    let posting = Posting { key: key.clone(), account: facts.account.clone().unwrap(), shard, currency: ngn(), amount_minor: 900, reference: facts.reference.clone(), posted_at_ms: 0 };
     assert_eq!(store.post(&posting).await.unwrap(), PostOutcome::AlreadyPosted);
     let zombie = StoredResponse { status: 200, body: "{\"zombie\":true}".into() };
     let outcome = store.finalize(&key, &a, &zombie).await.unwrap();

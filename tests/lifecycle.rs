@@ -122,7 +122,8 @@ fn cases(r: &str, acct: &str) -> Vec<Case> {
         Case { name: "PROCESSING -> PROCESSING is stale", setup: vec![processing("s", r)], event: processing("x", r), status: 200, outcome: "stale", state: Some(Processing), balance: (0, 0) },
         Case { name: "PAID -> PROCESSING is stale", setup: vec![p("s")], event: processing("x", r), status: 200, outcome: "stale", state: Some(Paid), balance: (1_000, 1) },
         Case { name: "PAID -> FAILED is stale", setup: vec![p("s")], event: failed("x", r), status: 200, outcome: "stale", state: Some(Paid), balance: (1_000, 1) },
-        Case { name: "FAILED -> PAID is a conflict", setup: vec![failed("s", r)], event: p("x"), status: 422, outcome: "conflict", state: Some(Failed), balance: (0, 0) },
+        // The provider's later success is the truth: a FAILED payment recovers and credits once.
+        Case { name: "FAILED -> PAID is a recovery", setup: vec![failed("s", r)], event: p("x"), status: 200, outcome: "applied", state: Some(Paid), balance: (1_000, 1) },
         Case { name: "FAILED -> PROCESSING is stale", setup: vec![failed("s", r)], event: processing("x", r), status: 200, outcome: "stale", state: Some(Failed), balance: (0, 0) },
         Case { name: "PAID -> PARTIALLY_REFUNDED", setup: vec![p("s")], event: refund("x", &format!("{r}_rf"), r, 400), status: 200, outcome: "applied", state: Some(PartiallyRefunded), balance: (600, 2) },
         Case { name: "PAID -> REFUNDED", setup: vec![p("s")], event: refund("x", &format!("{r}_rf"), r, 1_000), status: 200, outcome: "applied", state: Some(Refunded), balance: (0, 2) },

@@ -91,6 +91,9 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
     let mut app = common::app(store, 30_000);
     Arc::get_mut(&mut app).expect("sole owner").metrics = false;
     let body = payment_body("evt_moto", "pay_moto", "wallet_moto", 125_000, "NGN");
+    // A process reads the ledger layout once, at its first credit: warm it up first.
+    let warm = send(&app, signed(&payment_body("evt_warm", "pay_warm", "wallet_moto", 1, "NGN"))).await;
+    assert_eq!(warm.status, 200, "{}", warm.body);
     counter.reset();
 
     // WHEN a new event is delivered

@@ -159,6 +159,11 @@ async fn a_new_event_costs_five_writes_and_no_read() {
     let counter = RequestCounter::new();
     let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
     let app = app(counted, 30_000);
+    // A process's first credit reads the ledger layout once (one GetItem per process, cached).
+    let warm = send(&app, signed(&payment_body("evt_w", "pay_w", "wallet_c", 10, "NGN"))).await;
+    assert_eq!(warm.status, 200);
+    assert_eq!(counter.get("GetItem"), 1, "{:?}", counter.snapshot());
+    counter.reset();
     let r = send(&app, signed(&payment_body("evt_c", "pay_c", "wallet_c", 10, "NGN"))).await;
     assert_eq!(r.status, 200);
     // claim, payment transition, ledger entry, finalize, log

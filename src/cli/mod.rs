@@ -38,6 +38,11 @@ pub enum Command {
         #[command(subcommand)]
         action: TablesAction,
     },
+    /// The ledger's stored layout: how many shards each account's entries spread over.
+    Ledger {
+        #[command(subcommand)]
+        action: LedgerAction,
+    },
     /// An account's balances per currency, derived from its ledger entries.
     Balance {
         account: String,
@@ -96,6 +101,17 @@ pub enum TablesAction {
     Create,
     /// Print the table definitions (names from env) as JSON.
     Schema,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerAction {
+    /// Print the stored layout; with `--grow N`, grow it to N shards first (never shrinks).
+    /// Every reader and writer reads the layout from the table, not from its environment, and
+    /// a payment's entries stay in the shard recorded when it was paid, so growing is safe live.
+    Shards {
+        #[arg(long)]
+        grow: Option<u32>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,10 +226,18 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
                 "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
             "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
         })),
+        Command::Ledger { action: LedgerAction::Shards { grow } } => {
+            let layout = match grow {
+                Some(n) => store.grow_layout(n).await?,
+                None => store.layout().await?,
+            };
+            print_json(&layout)
+        }
         Command::Balance { account, entries } => {
             let account = usage("account", AccountId::parse(&account))?;
             let postings = store.entries(&account).await?;
-            let balance = crate::ledger::Balance::from_postings(account, &postings);
+            let balance = crate::ledger::Balance::from_postings(account, &postings)
+                .map_err(|e| CliError::Other(e.to_string()))?;
             if entries {
                 print_json(&serde_json::json!({ "account": balance.account, "balances": balance.balances,
                     "entries": balance.entries, "postings": postings }))
@@ -365,7 +389,7 @@ pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
     }
     tracing::info!(providers = ?providers.configured(), "providers configured");
     Arc::new(App {
-        pipeline: Pipeline::new(store),
+        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,

@@ -13,12 +13,15 @@ pub enum TextError {
     Empty,
     #[error("must be at most {0} characters")]
     TooLong(usize),
-    #[error("must not contain control characters or '#'")]
+    #[error("must not contain control characters")]
     BadCharacter,
 }
 
-/// Identifiers become parts of DynamoDB keys, where `#` separates components; refusing it (and
-/// control characters) keeps `a#b` + `c` from colliding with `a` + `b#c`.
+/// Identifiers become parts of DynamoDB keys. `#` (and `:`) are allowed, as providers use them in
+/// references: every composite key holds exactly one free-text part, after fixed parts that
+/// contain no separator (`{provider}#{reference}`, `{provider}:{operation}:{reference}`) or before
+/// a trailing number (`{account}#{shard}`), so no two identifiers can ever share a key, and no
+/// encoding is needed (an encoding would move the keys of values stored before it).
 fn checked(text: &str, max: usize) -> Result<String, TextError> {
     if text.is_empty() {
         return Err(TextError::Empty);
@@ -26,7 +29,7 @@ fn checked(text: &str, max: usize) -> Result<String, TextError> {
     if text.chars().count() > max {
         return Err(TextError::TooLong(max));
     }
-    if text.chars().any(|c| c.is_control() || c == '#') {
+    if text.chars().any(char::is_control) {
         return Err(TextError::BadCharacter);
     }
     Ok(text.to_owned())
@@ -109,6 +112,8 @@ pub enum Operation {
     Payment,
     /// Debit the account for one refund of a paid payment.
     Refund,
+    /// Credit back a refund the provider reports failed after it succeeded.
+    RefundReversal,
 }
 
 impl Operation {
@@ -116,6 +121,7 @@ impl Operation {
         match self {
             Operation::Payment => "payment",
             Operation::Refund => "refund",
+            Operation::RefundReversal => "refund_reversal",
         }
     }
 }
@@ -148,11 +154,14 @@ impl fmt::Display for IdempotencyKey {
     }
 }
 
-/// A successful payment: credit `account` with `money`.
+/// A successful payment: credit `account` with `money`. `account` is `None` when the payload
+/// names none (a Stripe Checkout intent without the metadata key, Paystack `metadata: 0`): the
+/// payment's registered account (or the configured default) is credited, and with neither the
+/// delivery is acknowledged as `unassigned` and nothing moves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentFacts {
     pub reference: Reference,
-    pub account: AccountId,
+    pub account: Option<AccountId>,
     pub money: Money,
 }
 
@@ -179,8 +188,24 @@ pub enum EventKind {
     /// Move the payment to a state that is not money: PROCESSING or FAILED.
     PaymentState { facts: StateFacts, to: PaymentStatus },
     RefundSucceeded(RefundFacts),
+    /// A refund that failed after it succeeded (Stripe `refund.failed`): credit its debit back,
+    /// once. A reversal of a refund never applied moves nothing and voids it.
+    RefundReversed(RefundFacts),
+    /// A refund whose payload gives the amount in major units but no currency (Flutterwave's
+    /// `refund.completed`): the pipeline prices it in the payment's currency, which never changes
+    /// once stored, and then applies it as a [`EventKind::RefundSucceeded`].
+    RefundUnpriced(UnpricedRefund),
     /// A type we log but do not act on.
     Ignored,
+}
+
+/// See [`EventKind::RefundUnpriced`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpricedRefund {
+    pub refund_reference: Reference,
+    pub payment_reference: Reference,
+    /// The amount as written in the payload, in major units (`10.5`).
+    pub amount_major: String,
 }
 
 /// One delivery, verified and mapped by its provider adapter.
@@ -190,6 +215,11 @@ pub struct NormalisedEvent {
     pub event_id: String,
     pub event_type: String,
     pub kind: EventKind,
+    /// The provider's own id of the transaction, when the adapter keys payments by a field a
+    /// setting chooses (Flutterwave `tx_ref` or `id`). The pipeline binds the transaction to the
+    /// reference chosen the first time it was seen, so changing the setting never re-keys (and
+    /// re-credits) a payment.
+    pub transaction_id: Option<String>,
 }
 
 impl NormalisedEvent {
@@ -202,6 +232,12 @@ impl NormalisedEvent {
             EventKind::RefundSucceeded(r) => {
                 Some(IdempotencyKey::new(self.provider, Operation::Refund, &r.refund_reference))
             }
+            EventKind::RefundReversed(r) => {
+                Some(IdempotencyKey::new(self.provider, Operation::RefundReversal, &r.refund_reference))
+            }
+            EventKind::RefundUnpriced(u) => {
+                Some(IdempotencyKey::new(self.provider, Operation::Refund, &u.refund_reference))
+            }
             EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
@@ -211,9 +247,22 @@ impl NormalisedEvent {
         match &self.kind {
             EventKind::PaymentSucceeded(p) => Some(&p.reference),
             EventKind::PaymentState { facts, .. } => Some(&facts.reference),
-            EventKind::RefundSucceeded(r) => Some(&r.payment_reference),
+            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => Some(&r.payment_reference),
+            EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
             EventKind::Ignored => None,
         }
+    }
+
+    /// The same event about payment `reference` (a bound transaction's first-seen reference).
+    pub fn with_payment_reference(mut self, reference: Reference) -> Self {
+        match &mut self.kind {
+            EventKind::PaymentSucceeded(p) => p.reference = reference,
+            EventKind::PaymentState { facts, .. } => facts.reference = reference,
+            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => r.payment_reference = reference,
+            EventKind::RefundUnpriced(u) => u.payment_reference = reference,
+            EventKind::Ignored => {}
+        }
+        self
     }
 }
 
@@ -224,7 +273,7 @@ mod tests {
     #[test]
     fn identifiers_refuse_separators_and_empties() {
         assert_eq!(Reference::parse(""), Err(TextError::Empty));
-        assert_eq!(Reference::parse("a#b"), Err(TextError::BadCharacter));
+        assert!(Reference::parse("order#17").is_ok(), "providers use # in references");
         assert_eq!(Reference::parse("a\nb"), Err(TextError::BadCharacter));
         assert_eq!(Reference::parse(&"x".repeat(201)), Err(TextError::TooLong(200)));
         assert!(Reference::parse("pay_1").is_ok());
@@ -248,8 +297,16 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ClaimedFacts {
-    Payment { reference: String, account: String, amount: i64, currency: String },
+    /// `account` is absent when the payload named none (credited to the payment's own account).
+    Payment {
+        reference: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        account: Option<String>,
+        amount: i64,
+        currency: String,
+    },
     Refund { reference: String, payment_reference: String, amount: i64, currency: String },
+    RefundReversal { reference: String, payment_reference: String, amount: i64, currency: String },
 }
 
 impl ClaimedFacts {
@@ -258,7 +315,7 @@ impl ClaimedFacts {
         match kind {
             EventKind::PaymentSucceeded(p) => Some(ClaimedFacts::Payment {
                 reference: p.reference.to_string(),
-                account: p.account.to_string(),
+                account: p.account.as_ref().map(ToString::to_string),
                 amount: p.money.amount.get(),
                 currency: p.money.currency.to_string(),
             }),
@@ -268,7 +325,14 @@ impl ClaimedFacts {
                 amount: r.money.amount.get(),
                 currency: r.money.currency.to_string(),
             }),
-            EventKind::PaymentState { .. } | EventKind::Ignored => None,
+            EventKind::RefundReversed(r) => Some(ClaimedFacts::RefundReversal {
+                reference: r.refund_reference.to_string(),
+                payment_reference: r.payment_reference.to_string(),
+                amount: r.money.amount.get(),
+                currency: r.money.currency.to_string(),
+            }),
+            // Priced (and so claimed) only once its payment's currency is known.
+            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
 
@@ -284,17 +348,25 @@ impl ClaimedFacts {
             let c = super::Currency::parse(currency).map_err(|e| e.to_string())?;
             Money::new(amount, c).map_err(|e| e.to_string())
         };
+        let refund = |reference: &str, payment_reference: &str, amount: i64, currency: &str| -> Result<RefundFacts, String> {
+            Ok(RefundFacts {
+                refund_reference: Reference::parse(reference).map_err(|e| e.to_string())?,
+                payment_reference: Reference::parse(payment_reference).map_err(|e| e.to_string())?,
+                money: money(amount, currency)?,
+            })
+        };
         Ok(match facts {
             ClaimedFacts::Payment { reference, account, amount, currency } => EventKind::PaymentSucceeded(PaymentFacts {
                 reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
-                account: AccountId::parse(&account).map_err(|e| e.to_string())?,
+                account: account.as_deref().map(AccountId::parse).transpose().map_err(|e| e.to_string())?,
                 money: money(amount, &currency)?,
             }),
-            ClaimedFacts::Refund { reference, payment_reference, amount, currency } => EventKind::RefundSucceeded(RefundFacts {
-                refund_reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
-                payment_reference: Reference::parse(&payment_reference).map_err(|e| e.to_string())?,
-                money: money(amount, &currency)?,
-            }),
+            ClaimedFacts::Refund { reference, payment_reference, amount, currency } => {
+                EventKind::RefundSucceeded(refund(&reference, &payment_reference, amount, &currency)?)
+            }
+            ClaimedFacts::RefundReversal { reference, payment_reference, amount, currency } => {
+                EventKind::RefundReversed(refund(&reference, &payment_reference, amount, &currency)?)
+            }
         })
     }
 }
@@ -308,11 +380,18 @@ mod facts_tests {
     fn fingerprints_round_trip_and_ignore_event_identity() -> Result<(), String> {
         let kind = EventKind::PaymentSucceeded(PaymentFacts {
             reference: Reference::parse("pay_1").map_err(|e| e.to_string())?,
-            account: AccountId::parse("wallet_42").map_err(|e| e.to_string())?,
+            account: Some(AccountId::parse("wallet_42").map_err(|e| e.to_string())?),
             money: Money::new(125_000, Currency::parse("NGN").map_err(|e| e.to_string())?).map_err(|e| e.to_string())?,
         });
         let fp = ClaimedFacts::of(&kind).map(|f| f.fingerprint()).ok_or("no facts")?;
         assert_eq!(fp, r#"{"op":"payment","reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}"#);
+        assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
+        // Without an account the field is absent, so the fingerprint differs from any account's.
+        let EventKind::PaymentSucceeded(mut p) = kind else { return Err("not a payment".into()) };
+        p.account = None;
+        let kind = EventKind::PaymentSucceeded(p);
+        let fp = ClaimedFacts::of(&kind).map(|f| f.fingerprint()).ok_or("no facts")?;
+        assert_eq!(fp, r#"{"op":"payment","reference":"pay_1","amount":125000,"currency":"NGN"}"#);
         assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
         Ok(())
     }

@@ -7,9 +7,9 @@ mod payment;
 
 pub use event::{
     AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation, PaymentFacts, ProviderId,
-    Reference, RefundFacts, StateFacts, TextError,
+    Reference, RefundFacts, StateFacts, TextError, UnpricedRefund,
 };
-pub use money::{Currency, MinorUnits, Money, MoneyError};
+pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;
 
 /// Milliseconds since the Unix epoch, from the system clock. Leases and logs compare these

@@ -18,14 +18,23 @@ pub enum MoneyError {
     NotDecimal,
     #[error("amount is too large")]
     Overflow,
+    #[error("amount is above the maximum of 10^15 minor units")]
+    AboveMaximum,
 }
+
+/// The largest amount payhook accepts in one movement: 10^15 minor units (10 trillion in a
+/// two-decimal currency, far above any real payment). With it, a sum of up to ~9,000 maximal
+/// movements still fits an `i64`, and balance arithmetic is checked beyond that.
+pub const MAX_AMOUNT_MINOR: i64 = 1_000_000_000_000_000;
 
 /// An ISO 4217 alphabetic code, upper case, known to the table below (so its exponent is known).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Currency([u8; 3]);
 
-/// Active ISO 4217 codes with their minor-unit exponent. Codes absent here are refused: guessing
-/// an exponent would credit 100x too much or too little.
+/// ISO 4217 codes with their minor-unit exponent: the active ones, plus codes providers still send
+/// after ISO retired them (Stripe's `std` and `sll` beside `stn` and `sle`; `xcg`, the Caribbean
+/// guilder, beside `ang`). Checked against Stripe's supported-currency list by a test. Codes
+/// absent here are refused: guessing an exponent would credit 100x too much or too little.
 const CURRENCIES: &[(&str, u8)] = &[
     ("AED", 2), ("AFN", 2), ("ALL", 2), ("AMD", 2), ("ANG", 2), ("AOA", 2), ("ARS", 2), ("AUD", 2),
     ("AWG", 2), ("AZN", 2), ("BAM", 2), ("BBD", 2), ("BDT", 2), ("BGN", 2), ("BHD", 3), ("BIF", 0),
@@ -42,11 +51,11 @@ const CURRENCIES: &[(&str, u8)] = &[
     ("NAD", 2), ("NGN", 2), ("NIO", 2), ("NOK", 2), ("NPR", 2), ("NZD", 2), ("OMR", 3), ("PAB", 2),
     ("PEN", 2), ("PGK", 2), ("PHP", 2), ("PKR", 2), ("PLN", 2), ("PYG", 0), ("QAR", 2), ("RON", 2),
     ("RSD", 2), ("RUB", 2), ("RWF", 0), ("SAR", 2), ("SBD", 2), ("SCR", 2), ("SDG", 2), ("SEK", 2),
-    ("SGD", 2), ("SHP", 2), ("SLE", 2), ("SOS", 2), ("SRD", 2), ("SSP", 2), ("STN", 2), ("SVC", 2),
+    ("SGD", 2), ("SHP", 2), ("SLE", 2), ("SLL", 2), ("SOS", 2), ("SRD", 2), ("SSP", 2), ("STD", 2), ("STN", 2), ("SVC", 2),
     ("SYP", 2), ("SZL", 2), ("THB", 2), ("TJS", 2), ("TMT", 2), ("TND", 3), ("TOP", 2), ("TRY", 2),
     ("TTD", 2), ("TWD", 2), ("TZS", 2), ("UAH", 2), ("UGX", 0), ("USD", 2), ("UYI", 0), ("UYU", 2),
     ("UYW", 4), ("UZS", 2), ("VES", 2), ("VND", 0), ("VUV", 0), ("WST", 2), ("XAF", 0), ("XCD", 2),
-    ("XOF", 0), ("XPF", 0), ("YER", 2), ("ZAR", 2), ("ZMW", 2), ("ZWG", 2),
+    ("XCG", 2), ("XOF", 0), ("XPF", 0), ("YER", 2), ("ZAR", 2), ("ZMW", 2), ("ZWG", 2),
 ];
 
 impl Currency {
@@ -107,10 +116,10 @@ pub struct MinorUnits(i64);
 
 impl MinorUnits {
     pub fn new(value: i64) -> Result<Self, MoneyError> {
-        if value > 0 {
-            Ok(MinorUnits(value))
-        } else {
-            Err(MoneyError::NotPositive)
+        match value {
+            v if v <= 0 => Err(MoneyError::NotPositive),
+            v if v > MAX_AMOUNT_MINOR => Err(MoneyError::AboveMaximum),
+            v => Ok(MinorUnits(v)),
         }
     }
 
@@ -171,6 +180,23 @@ mod tests {
         assert!(CURRENCIES.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
+    /// Every presentment currency Stripe supports (its docs' list, lower case as Stripe sends it).
+    const STRIPE: &str = "usd,aed,afn,all,amd,ang,aoa,ars,aud,awg,azn,bam,bbd,bdt,bgn,bif,bmd,bnd,bob,brl,bsd,\
+        bwp,byn,bzd,cad,cdf,chf,clp,cny,cop,crc,cve,czk,djf,dkk,dop,dzd,egp,etb,eur,fjd,fkp,gbp,gel,gip,gmd,gnf,\
+        gtq,gyd,hkd,hnl,htg,huf,idr,ils,inr,isk,jmd,jpy,kes,kgs,khr,kmf,krw,kyd,kzt,lak,lbp,lkr,lrd,lsl,mad,mdl,\
+        mga,mkd,mmk,mnt,mop,mur,mvr,mwk,mxn,myr,mzn,nad,ngn,nio,nok,npr,nzd,pab,pen,pgk,php,pkr,pln,pyg,qar,ron,\
+        rsd,rub,rwf,sar,sbd,scr,sek,sgd,shp,sle,sll,sos,srd,std,szl,thb,tjs,top,try,ttd,twd,tzs,uah,ugx,uyu,uzs,\
+        vnd,vuv,wst,xaf,xcd,xcg,xof,xpf,yer,zar,zmw";
+
+    #[test]
+    fn every_stripe_currency_is_known() {
+        let missing: Vec<&str> =
+            STRIPE.split(',').filter(|c| Currency::parse(&c.to_ascii_uppercase()).is_err()).collect();
+        assert!(missing.is_empty(), "unknown Stripe currencies: {missing:?}");
+        assert_eq!(Currency::parse("XCG").map(|c| c.exponent()), Ok(2));
+        assert_eq!(Currency::parse("STD").map(|c| c.exponent()), Ok(2));
+    }
+
     #[test]
     fn parses_known_and_refuses_unknown_currencies() {
         assert_eq!(Currency::parse("NGN").map(|c| c.exponent()), Ok(2));
@@ -186,6 +212,9 @@ mod tests {
         assert_eq!(MinorUnits::new(0), Err(MoneyError::NotPositive));
         assert_eq!(MinorUnits::new(-5), Err(MoneyError::NotPositive));
         assert_eq!(MinorUnits::new(1).map(MinorUnits::get), Ok(1));
+        assert_eq!(MinorUnits::new(MAX_AMOUNT_MINOR).map(MinorUnits::get), Ok(MAX_AMOUNT_MINOR));
+        assert_eq!(MinorUnits::new(MAX_AMOUNT_MINOR + 1), Err(MoneyError::AboveMaximum));
+        assert_eq!(MinorUnits::new(i64::MAX), Err(MoneyError::AboveMaximum));
     }
 
     #[test]

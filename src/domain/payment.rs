@@ -6,7 +6,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-/// Where a payment is. PENDING exists only for registered (expected) payments.
+/// Where a payment is. PENDING exists only for registered (expected) payments. FAILED is final
+/// for statuses but not for money: a provider's later success still moves it to PAID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum PaymentStatus {
@@ -51,7 +52,9 @@ impl PaymentStatus {
         match self {
             Pending => &[],
             Processing => &[Pending],
-            Paid => &[Pending, Processing],
+            // FAILED -> PAID is a recovery: the provider's later success is the truth (a retried
+            // checkout under the same reference, a failure that was not final after all).
+            Paid => &[Pending, Processing, Failed],
             Failed => &[Pending, Processing],
             // Refund transitions also check the refundable remainder in the same condition.
             PartiallyRefunded => &[Paid, PartiallyRefunded],
@@ -95,8 +98,14 @@ mod tests {
             }
         }
         assert!(!Processing.sources_of().contains(&Paid));
-        assert!(!Paid.sources_of().contains(&Failed));
-        assert!(!Failed.sources_of().contains(&Paid));
+        // Money received is never taken back by a status: nothing moves PAID (or a refund of it)
+        // to FAILED, PROCESSING or PENDING.
+        for to in [Pending, Processing, Failed] {
+            for paid in [Paid, PartiallyRefunded, Refunded] {
+                assert!(!to.sources_of().contains(&paid), "{paid} -> {to}");
+            }
+        }
+        assert!(Paid.sources_of().contains(&Failed), "a success after a failure credits");
     }
 
     #[test]

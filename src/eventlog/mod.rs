@@ -20,10 +20,16 @@ pub enum Outcome {
     Parked,
     /// Processing failed (store unavailable): retryable, reconciliation looks at these.
     Failed,
+    /// A resumed or re-driven attempt found every step already done by an earlier attempt under
+    /// the same key: nothing moved now (the answer is still the applied one).
+    AlreadyApplied,
+    /// A payment success naming no account, with no registered or default account: acknowledged,
+    /// nothing moved; applicable later by `payhook replay --outcome unassigned` once it has one.
+    Unassigned,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Applied,
         Outcome::Replayed,
         Outcome::InFlight,
@@ -32,6 +38,8 @@ impl Outcome {
         Outcome::Ignored,
         Outcome::Parked,
         Outcome::Failed,
+        Outcome::AlreadyApplied,
+        Outcome::Unassigned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +52,8 @@ impl Outcome {
             Outcome::Ignored => "ignored",
             Outcome::Parked => "parked",
             Outcome::Failed => "failed",
+            Outcome::AlreadyApplied => "already_applied",
+            Outcome::Unassigned => "unassigned",
         }
     }
 

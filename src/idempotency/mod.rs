@@ -71,7 +71,14 @@ pub enum Existing {
     TakeOver { previous_owner: OwnerToken },
 }
 
-pub fn judge_existing(existing: &ClaimRecord, fingerprint: &str, now_ms: i64) -> Existing {
+/// `mine` is the token our put carried: the SDK retries a put whose reply was lost, and the item
+/// that then fails the condition is our own claim, not a rival's.
+pub fn judge_existing(existing: &ClaimRecord, fingerprint: &str, now_ms: i64, mine: &OwnerToken) -> Existing {
+    if let ClaimState::InProgress { owner, .. } = &existing.state {
+        if owner == mine && existing.fingerprint == fingerprint {
+            return Existing::Decided(ClaimOutcome::Claimed { token: mine.clone(), took_over: false });
+        }
+    }
     if existing.fingerprint != fingerprint {
         return Existing::Decided(ClaimOutcome::Conflict {
             stored_fingerprint: existing.fingerprint.clone(),
@@ -139,11 +146,25 @@ mod tests {
         }
     }
 
+    fn other() -> OwnerToken {
+        OwnerToken::from_stored("someone-else".into())
+    }
+
     #[test]
     fn done_claims_replay_their_response() {
         let stored = StoredResponse { status: 200, body: "{}".into() };
         let r = record(ClaimState::Done(stored.clone()));
-        assert_eq!(judge_existing(&r, "fp", 0), Existing::Decided(ClaimOutcome::Replay(stored)));
+        assert_eq!(judge_existing(&r, "fp", 0, &other()), Existing::Decided(ClaimOutcome::Replay(stored)));
+    }
+
+    #[test]
+    fn our_own_claim_found_by_a_retried_put_is_ours() {
+        let me = OwnerToken::from_stored("me".into());
+        let r = record(ClaimState::InProgress { owner: me.clone(), lease_expires_at_ms: i64::MAX });
+        assert_eq!(
+            judge_existing(&r, "fp", 0, &me),
+            Existing::Decided(ClaimOutcome::Claimed { token: me, took_over: false })
+        );
     }
 
     #[test]
@@ -151,10 +172,10 @@ mod tests {
         let owner = OwnerToken::from_stored("a".into());
         let r = record(ClaimState::InProgress { owner: owner.clone(), lease_expires_at_ms: 1_000 });
         assert_eq!(
-            judge_existing(&r, "fp", 400),
+            judge_existing(&r, "fp", 400, &other()),
             Existing::Decided(ClaimOutcome::InFlight { retry_after_ms: 600 })
         );
-        assert_eq!(judge_existing(&r, "fp", 1_000), Existing::TakeOver { previous_owner: owner });
+        assert_eq!(judge_existing(&r, "fp", 1_000, &other()), Existing::TakeOver { previous_owner: owner });
     }
 
     #[test]
@@ -166,7 +187,7 @@ mod tests {
         });
         for r in [done, live] {
             assert_eq!(
-                judge_existing(&r, "other", 0),
+                judge_existing(&r, "other", 0, &other()),
                 Existing::Decided(ClaimOutcome::Conflict { stored_fingerprint: "fp".into() })
             );
         }

@@ -23,6 +23,7 @@ use super::signature::{ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
 use crate::domain::{
     AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, StateFacts,
+    UnpricedRefund,
 };
 
 /// The HMAC signature header.
@@ -160,6 +161,7 @@ impl Provider for Flutterwave {
         }
         let kind = match event_type.as_str() {
             "charge.completed" => self.charge_completed(&f, text)?,
+            "refund.completed" => refund_completed(&f, text)?,
             // Anything else is acknowledged and logged, so Flutterwave stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -168,7 +170,8 @@ impl Provider for Flutterwave {
             None if f.get("data.id").is_some() => format!("{event_type}:{}", id_text(&f, "data.id")?),
             None => event_type.clone(),
         };
-        Ok(NormalisedEvent { provider: ProviderId::Flutterwave, event_id, event_type, kind })
+        let transaction_id = transaction_of(&f, &kind)?;
+        Ok(NormalisedEvent { provider: ProviderId::Flutterwave, event_id, event_type, kind, transaction_id })
     }
 }
 
@@ -179,7 +182,8 @@ impl Flutterwave {
             "successful" | "succeeded" => {
                 return Ok(EventKind::PaymentSucceeded(PaymentFacts {
                     reference: self.reference(f)?,
-                    account: self.opt_account(f)?.ok_or_else(|| self.missing_account())?,
+                    // None: the payment's registered account (or the default) is credited.
+                    account: self.opt_account(f)?,
                     money: flutterwave_money(f, text)?,
                 }));
             }
@@ -216,9 +220,48 @@ impl Flutterwave {
         Ok(None)
     }
 
-    fn missing_account(&self) -> PayloadError {
-        PayloadError::invalid(&format!("data.meta.{}", self.account_key), "is required (in data.meta or meta_data)")
+}
+
+/// The Flutterwave transaction an event is about: a charge's `data.id`, a refund's charge
+/// (`data.charge_id` in v4, `data.TransactionId` in v3). The pipeline binds it to the reference
+/// of its first sighting, so `PAYHOOK_FLUTTERWAVE_REFERENCE` can change without re-keying a payment.
+fn transaction_of(f: &Fields<'_>, kind: &EventKind) -> Result<Option<String>, PayloadError> {
+    match kind {
+        EventKind::PaymentSucceeded(_) | EventKind::PaymentState { .. } => {
+            f.get("data.id").map(|_| id_text(f, "data.id")).transpose()
+        }
+        // Named by its charge's transaction id until the binding gives the payment's reference.
+        EventKind::RefundUnpriced(u) => Ok(Some(u.payment_reference.to_string())),
+        _ => Ok(None),
     }
+}
+
+/// `refund.completed`: v4 `{"data":{"id","amount_refunded","status","charge_id"}}`, v3
+/// `{"data":{"id","AmountRefunded","status","TransactionId"}}`. Neither names a currency, so the
+/// refund is priced in its payment's currency by the pipeline. The payment is named by its
+/// transaction id, which the pipeline resolves through the transaction's binding.
+fn refund_completed(f: &Fields<'_>, text: &str) -> Result<EventKind, PayloadError> {
+    let status = f.opt_str("data.status")?.unwrap_or("completed");
+    if !matches!(status, "completed" | "succeeded" | "successful") {
+        return Ok(EventKind::Ignored);
+    }
+    let (charge, amount) = if f.get("data.charge_id").is_some() {
+        ("data.charge_id", ["data", "amount_refunded"])
+    } else {
+        ("data.TransactionId", ["data", "AmountRefunded"])
+    };
+    let amount_path = amount.join(".");
+    if !matches!(f.get(&amount_path), Some(Value::Number(_))) {
+        return Err(PayloadError::invalid(&amount_path, "must be a number"));
+    }
+    let amount_major = raw_at(text, &amount).ok_or_else(|| PayloadError::invalid(&amount_path, "is required"))?;
+    let refund_reference = Reference::parse(&id_text(f, "data.id")?).map_err(|e| PayloadError::invalid("data.id", e.to_string()))?;
+    let payment_reference = Reference::parse(&id_text(f, charge)?).map_err(|e| PayloadError::invalid(charge, e.to_string()))?;
+    Ok(EventKind::RefundUnpriced(UnpricedRefund {
+        refund_reference,
+        payment_reference,
+        amount_major: amount_major.trim().to_owned(),
+    }))
 }
 
 /// An identifier sent as a string or an integer.
@@ -359,7 +402,9 @@ mod tests {
         assert_eq!(money_of("500", "UGX").unwrap(), 500);
         assert_eq!(money_of("500.000", "XAF").unwrap(), 500);
         assert_eq!(money_of("1.005", "KWD").unwrap(), 1005);
-        assert_eq!(money_of("92233720368547758.07", "NGN").unwrap(), i64::MAX);
+        assert_eq!(money_of("10000000000000", "NGN").unwrap(), 1_000_000_000_000_000, "the maximum amount");
+        assert!(money_of("10000000000000.01", "NGN").is_err(), "above the maximum amount");
+        assert!(money_of("92233720368547758.07", "NGN").is_err(), "i64::MAX minor units is above the maximum");
         for (amount, currency, field) in [
             ("10.005", "NGN", "data.amount"),
             ("1.5", "UGX", "data.amount"),
@@ -407,10 +452,34 @@ mod tests {
         let by_id = Flutterwave::from_env_values(Some(V3), None, ReferenceField::Id, "wallet").unwrap();
         let body = SUCCESS.replace(r#""meta_data":{"account""#, r#""meta_data":{"wallet""#);
         assert_eq!(by_id.normalise(body.as_bytes()).unwrap().key().unwrap().as_str(), "flutterwave:payment:285959875");
-        match f3.normalise(body.as_bytes()) {
-            Err(PayloadError::Invalid { field, .. }) => assert_eq!(field, "data.meta.account"),
+        // No account under the configured key: no account (credited to the registered or
+        // default account, else acknowledged as unassigned), not a 400.
+        match f3.normalise(body.as_bytes()).unwrap().kind {
+            EventKind::PaymentSucceeded(p) => assert_eq!(p.account, None),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn charges_carry_their_transaction_and_refunds_name_their_charge() {
+        let f3 = fw(Some(V3), None);
+        assert_eq!(f3.normalise(SUCCESS.as_bytes()).unwrap().transaction_id.as_deref(), Some("285959875"));
+        let v4 = r#"{"type":"refund.completed","data":{"id":"rf_1","amount_refunded":10.5,"status":"succeeded","charge_id":"chg_9","meta":{}}}"#;
+        let ev = fw(None, Some(V4)).normalise(v4.as_bytes()).unwrap();
+        assert_eq!(ev.transaction_id.as_deref(), Some("chg_9"));
+        match ev.kind {
+            EventKind::RefundUnpriced(u) => {
+                assert_eq!((u.refund_reference.as_str(), u.payment_reference.as_str(), u.amount_major.as_str()), ("rf_1", "chg_9", "10.5"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let v3 = r#"{"event":"refund.completed","data":{"id":7001,"AmountRefunded":500,"status":"completed","TransactionId":285959875}}"#;
+        match f3.normalise(v3.as_bytes()).unwrap().kind {
+            EventKind::RefundUnpriced(u) => assert_eq!((u.payment_reference.as_str(), u.amount_major.as_str()), ("285959875", "500")),
+            other => panic!("{other:?}"),
+        }
+        let pending = v4.replace(r#""status":"succeeded""#, r#""status":"pending""#);
+        assert_eq!(fw(None, Some(V4)).normalise(pending.as_bytes()).unwrap().kind, EventKind::Ignored);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`), with the payload
 //! `{"id","type","created","data":{…}}` in integer minor units.
 
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
 use http::HeaderMap;
 
@@ -22,13 +22,16 @@ pub struct StandardWebhooks {
 
 impl StandardWebhooks {
     /// `secrets` is the space-separated env value: each `whsec_<base64>` (the prefix is optional,
-    /// as the spec's libraries accept).
+    /// and so is the base64 padding, as the spec's reference libraries accept).
     pub fn from_env_value(value: &str, tolerance_s: i64) -> Result<Self, SignatureError> {
         let secrets = value
             .split_whitespace()
             .map(|s| {
                 let b64 = s.strip_prefix("whsec_").unwrap_or(s);
-                let bytes = STANDARD.decode(b64).map_err(|_| SignatureError::BadSecret("not base64".into()))?;
+                let unpadded = b64.trim_end_matches('=');
+                let bytes = STANDARD_NO_PAD
+                    .decode(unpadded)
+                    .map_err(|_| SignatureError::BadSecret("not base64".into()))?;
                 Secret::new(bytes)
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -94,21 +97,28 @@ impl Provider for Generic {
         let kind = match event_type.as_str() {
             "payment.succeeded" => EventKind::PaymentSucceeded(PaymentFacts {
                 reference: f.reference("data.reference")?,
-                account: f.account("data.account")?,
+                // Absent: the payment's registered account (or the default) is credited.
+                account: f.opt_account("data.account")?,
                 money: f.money("data.amount", "data.currency")?,
             }),
             "payment.processing" => state(&f, PaymentStatus::Processing)?,
             "payment.failed" => state(&f, PaymentStatus::Failed)?,
-            "refund.succeeded" => EventKind::RefundSucceeded(RefundFacts {
-                refund_reference: f.reference("data.reference")?,
-                payment_reference: f.reference("data.payment_reference")?,
-                money: f.money("data.amount", "data.currency")?,
-            }),
+            "refund.succeeded" => EventKind::RefundSucceeded(refund(&f)?),
+            // The refund failed after it succeeded (or before it ever did): credit it back / void it.
+            "refund.failed" => EventKind::RefundReversed(refund(&f)?),
             // Anything else is acknowledged and logged, so the provider stops retrying it.
             _ => EventKind::Ignored,
         };
-        Ok(NormalisedEvent { provider: ProviderId::Generic, event_id, event_type, kind })
+        Ok(NormalisedEvent { provider: ProviderId::Generic, event_id, event_type, kind, transaction_id: None })
     }
+}
+
+fn refund(f: &Fields<'_>) -> Result<RefundFacts, PayloadError> {
+    Ok(RefundFacts {
+        refund_reference: f.reference("data.reference")?,
+        payment_reference: f.reference("data.payment_reference")?,
+        money: f.money("data.amount", "data.currency")?,
+    })
 }
 
 fn state(f: &Fields<'_>, to: PaymentStatus) -> Result<EventKind, PayloadError> {
@@ -159,6 +169,11 @@ mod tests {
         let tampered = String::from_utf8_lossy(BODY).replace("125000", "925000");
         assert_eq!(s.verify(&headers("evt_1", now, &sig), tampered.as_bytes(), now), Err(SignatureError::Mismatch));
         let other = StandardWebhooks::from_env_value("whsec_c2Vjb25k", 300)?;
+        // Padding is optional: the same key with and without it verifies the same signature.
+        let padded = StandardWebhooks::from_env_value("whsec_c2Vjb25kMQ==", 300)?;
+        let unpadded = StandardWebhooks::from_env_value("whsec_c2Vjb25kMQ", 300)?;
+        assert_eq!(padded.sign("m", 5, b"x"), unpadded.sign("m", 5, b"x"));
+        assert!(StandardWebhooks::from_env_value("whsec_c2Vj!!", 300).is_err());
         assert_eq!(other.verify(&headers("evt_1", now, &sig), BODY, now), Err(SignatureError::Mismatch));
         let old = s.sign("evt_1", now - 301, BODY);
         assert_eq!(s.verify(&headers("evt_1", now - 301, &old), BODY, now), Err(SignatureError::Stale));
@@ -189,7 +204,7 @@ mod tests {
             EventKind::PaymentSucceeded(p) => {
                 assert_eq!(p.money.amount.get(), 125_000);
                 assert_eq!(p.money.currency.as_str(), "NGN");
-                assert_eq!(p.account.as_str(), "wallet_42");
+                assert_eq!(p.account.as_ref().map(|a| a.as_str()), Some("wallet_42"));
             }
             other => return Err(PayloadError::invalid("kind", format!("{other:?}"))),
         }

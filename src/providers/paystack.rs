@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
 use super::{single_header, PayloadError, Provider, SignatureError};
-use crate::domain::{EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts};
+use crate::domain::{AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts};
 
 /// The signature header.
 pub const HEADER: &str = "x-paystack-signature";
@@ -88,7 +88,7 @@ impl Provider for Paystack {
             _ => EventKind::Ignored,
         };
         let event_id = event_id(&f, &event_type)?;
-        Ok(NormalisedEvent { provider: ProviderId::Paystack, event_id, event_type, kind })
+        Ok(NormalisedEvent { provider: ProviderId::Paystack, event_id, event_type, kind, transaction_id: None })
     }
 }
 
@@ -99,9 +99,31 @@ impl Paystack {
         }
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: f.reference("data.reference")?,
-            account: f.account(&format!("data.metadata.{}", self.account_key))?,
+            account: self.account(f)?,
             money: paystack_money(f, "data.amount", "data.currency")?,
         }))
+    }
+
+    /// The account in `data.metadata`, which Paystack echoes as the merchant sent it to the
+    /// Initialize API: an object, or (as its docs say to send it) a JSON-encoded string. Absent
+    /// metadata (`0`, `""`, `null`) or a missing key names no account.
+    fn account(&self, f: &Fields<'_>) -> Result<Option<AccountId>, PayloadError> {
+        let path = format!("data.metadata.{}", self.account_key);
+        match f.get("data.metadata") {
+            Some(Value::Object(_)) => f.opt_account(&path),
+            Some(Value::String(text)) if !text.trim().is_empty() => {
+                let parsed: Value = serde_json::from_str(text)
+                    .map_err(|e| PayloadError::invalid("data.metadata", format!("is a string but not JSON: {e}")))?;
+                if !parsed.is_object() {
+                    return Ok(None);
+                }
+                Fields::new(&parsed).opt_account(&self.account_key).map_err(|e| match e {
+                    PayloadError::Invalid { reason, .. } => PayloadError::Invalid { field: path.clone(), reason },
+                    other => other,
+                })
+            }
+            _ => Ok(None),
+        }
     }
 }
 
@@ -233,7 +255,7 @@ mod tests {
         assert_eq!(ev.event_id, "charge.success:4099260516");
         match ev.kind {
             EventKind::PaymentSucceeded(pf) => {
-                assert_eq!((pf.money.amount.get(), pf.money.currency.as_str(), pf.account.as_str()), (500_000, "NGN", "wallet_42"));
+                assert_eq!((pf.money.amount.get(), pf.money.currency.as_str(), pf.account.as_ref().map(|a| a.as_str())), (500_000, "NGN", Some("wallet_42")));
             }
             other => panic!("{other:?}"),
         }
@@ -249,6 +271,25 @@ mod tests {
         assert_eq!(p.normalise(with_id.as_bytes()).unwrap().key().unwrap().as_str(), "paystack:refund:1234567");
         let nested = REFUND.replace(r#""transaction_reference":"T2154954_412829""#, r#""transaction":{"reference":"T2154954_412829"}"#);
         assert!(matches!(p.normalise(nested.as_bytes()).unwrap().kind, EventKind::RefundSucceeded(_)));
+    }
+
+    fn account_of(body: &str) -> Option<String> {
+        match paystack(SECRET).normalise(body.as_bytes()).unwrap().kind {
+            EventKind::PaymentSucceeded(p) => p.account.map(|a| a.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn metadata_may_be_a_json_string_or_absent() {
+        let meta = r#""metadata":{"account":"wallet_42"}"#;
+        // As the Initialize API documents it: a JSON-encoded string.
+        let string = CHARGE.replace(meta, r#""metadata":"{\"account\":\"wallet_42\",\"cart\":3}""#);
+        assert_eq!(account_of(&string).as_deref(), Some("wallet_42"));
+        // No metadata, or none with our key: no account (acknowledged as unassigned, not 400).
+        for absent in [r#""metadata":0"#, r#""metadata":"""#, r#""metadata":null"#, r#""metadata":{"wallet":"x"}"#, r#""metadata":"[1]""#] {
+            assert_eq!(account_of(&CHARGE.replace(meta, absent)), None, "{absent}");
+        }
     }
 
     #[test]
@@ -272,9 +313,8 @@ mod tests {
             (CHARGE.replace("500000", "99999999999999999999"), "data.amount"),
             (CHARGE.replace(r#""NGN""#, r#""ngn""#), "data.currency"),
             (CHARGE.replace(r#""NGN""#, r#""XQQ""#), "data.currency"),
-            (CHARGE.replace(r#""account""#, r#""wallet""#), "data.metadata.account"),
-            (CHARGE.replace(r#""metadata":{"account":"wallet_42"}"#, r#""metadata":0"#), "data.metadata.account"),
-            (CHARGE.replace("T2154954_412829", "a#b"), "data.reference"),
+            (CHARGE.replace(r#""metadata":{"account":"wallet_42"}"#, r#""metadata":"{not json""#), "data.metadata"),
+            (CHARGE.replace(r#""metadata":{"account":"wallet_42"}"#, r#""metadata":"{\"account\":7}""#), "data.metadata.account"),
             (REFUND.replace(r#""200000""#, r#""2000.00""#), "data.amount"),
             (REFUND.replace(r#""200000""#, r#""+5""#), "data.amount"),
             (REFUND.replace(r#""200000""#, r#""""#), "data.amount"),

@@ -10,7 +10,9 @@
 //!   `payment_intent.payment_failed` -> FAILED only if the intent is `canceled`, else ignored
 //!   (the intent goes back to `requires_payment_method` and may still succeed);
 //! - `refund.created`, `refund.updated`, `charge.refund.updated` (status `succeeded`) and
-//!   `charge.refunded` (its newest refund, when listed and succeeded) -> a refund keyed by `re_…`.
+//!   `charge.refunded` (its newest refund, when listed and succeeded) -> a refund keyed by `re_…`;
+//! - `refund.failed`, and those refund events with status `failed` or `canceled` -> a reversal
+//!   of that refund (credited back if it was applied, voided if not).
 
 use http::HeaderMap;
 
@@ -135,11 +137,11 @@ impl Provider for Stripe {
             "payment_intent.canceled" => self.intent_state(&f, PaymentStatus::Failed)?,
             "payment_intent.payment_failed" => self.intent_failed(&f)?,
             "charge.refunded" => charge_refunded(&f)?,
-            "refund.created" | "refund.updated" | "charge.refund.updated" => refund_event(&f)?,
+            "refund.created" | "refund.updated" | "charge.refund.updated" | "refund.failed" => refund_event(&f)?,
             // Anything else is acknowledged and logged, so Stripe stops retrying it.
             _ => EventKind::Ignored,
         };
-        Ok(NormalisedEvent { provider: ProviderId::Stripe, event_id, event_type, kind })
+        Ok(NormalisedEvent { provider: ProviderId::Stripe, event_id, event_type, kind, transaction_id: None })
     }
 }
 
@@ -152,7 +154,8 @@ impl Stripe {
         let amount = if f.get("data.object.amount_received").is_some() { "amount_received" } else { "amount" };
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: f.reference("data.object.id")?,
-            account: f.account(&self.account_path(OBJ))?,
+            // None (Checkout, invoices without the metadata key): the registered or default account.
+            account: f.opt_account(&self.account_path(OBJ))?,
             money: stripe_money(f, &format!("{OBJ}.{amount}"), "data.object.currency")?,
         }))
     }
@@ -167,7 +170,8 @@ impl Stripe {
         let amount = if f.get("data.object.amount_captured").is_some() { "amount_captured" } else { "amount" };
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: charge_reference(f)?,
-            account: f.account(&self.account_path(OBJ))?,
+            // None (Checkout, invoices without the metadata key): the registered or default account.
+            account: f.opt_account(&self.account_path(OBJ))?,
             money: stripe_money(f, &format!("{OBJ}.{amount}"), "data.object.currency")?,
         }))
     }
@@ -233,25 +237,29 @@ fn prefixed(e: PayloadError, prefix: &str) -> PayloadError {
     }
 }
 
-/// A refund object (`r` is rooted at it): applied when `succeeded`, else ignored (pending,
-/// failed and canceled refunds move no money; a later `refund.updated` brings the success).
-/// Its payment is its PaymentIntent, else the charge's (`charge_payment`), else its charge id,
-/// matching how the charge's success was keyed.
+/// A refund object (`r` is rooted at it): applied when `succeeded`; reversed when `failed` or
+/// `canceled` (a refund can fail after it succeeded, e.g. the card was closed: its debit is
+/// credited back; one that never succeeded is voided so a late success cannot apply); pending
+/// ones move no money yet. Its payment is its PaymentIntent, else the charge's
+/// (`charge_payment`), else its charge id, matching how the charge's success was keyed.
 fn refund(r: &Fields<'_>, charge_payment: Option<Reference>) -> Result<EventKind, PayloadError> {
     expect_object(r, "", "refund")?;
-    if r.opt_str("status")? != Some("succeeded") {
-        return Ok(EventKind::Ignored);
-    }
+    let reversed = match r.opt_str("status")? {
+        Some("succeeded") => false,
+        Some("failed" | "canceled") => true,
+        _ => return Ok(EventKind::Ignored),
+    };
     let payment_reference = match (r.get("payment_intent"), charge_payment) {
         (Some(_), _) => r.reference("payment_intent")?,
         (None, Some(p)) => p,
         (None, None) => r.reference("charge")?,
     };
-    Ok(EventKind::RefundSucceeded(RefundFacts {
+    let facts = RefundFacts {
         refund_reference: r.reference("id")?,
         payment_reference,
         money: stripe_money(r, "amount", "currency")?,
-    }))
+    };
+    Ok(if reversed { EventKind::RefundReversed(facts) } else { EventKind::RefundSucceeded(facts) })
 }
 
 /// The payment a charge belongs to: its PaymentIntent, else (legacy Charges API) its own id.
@@ -406,7 +414,7 @@ mod tests {
         assert_eq!(a.kind, b.kind);
         match a.kind {
             EventKind::PaymentSucceeded(p) => {
-                assert_eq!((p.money.amount.get(), p.money.currency.as_str(), p.account.as_str()), (4999, "USD", "wallet_42"));
+                assert_eq!((p.money.amount.get(), p.money.currency.as_str(), p.account.as_ref().map(|a| a.as_str())), (4999, "USD", Some("wallet_42")));
             }
             other => panic!("{other:?}"),
         }
@@ -445,6 +453,14 @@ mod tests {
         assert_eq!(kind(&s, &refund.replace("succeeded", "pending")), EventKind::Ignored);
         let updated = refund.replace("refund.created", "charge.refund.updated");
         assert_eq!(kind(&s, &updated), a.kind);
+        // A refund that failed (after it succeeded, or before) or was canceled is reversed.
+        let EventKind::RefundSucceeded(facts) = a.kind.clone() else { panic!() };
+        for (event, status) in [("refund.failed", "failed"), ("refund.updated", "failed"), ("charge.refund.updated", "canceled")] {
+            let body = refund.replace("refund.created", event).replace(r#""status":"succeeded""#, &format!(r#""status":"{status}""#));
+            let ev = s.normalise(body.as_bytes()).unwrap();
+            assert_eq!(ev.kind, EventKind::RefundReversed(facts.clone()), "{event} {status}");
+            assert_eq!(ev.key().unwrap().as_str(), "stripe:refund_reversal:re_1");
+        }
         let charge = r#"{"id":"evt_4","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","amount":4999,"amount_refunded":1500,"currency":"usd","payment_intent":"pi_1","refunds":{"object":"list","data":[{"id":"re_1","object":"refund","amount":1000,"currency":"usd","charge":"ch_1","status":"succeeded"},{"id":"re_0","object":"refund","amount":500,"currency":"usd","charge":"ch_1","status":"succeeded"}]}}}}"#;
         assert_eq!(kind(&s, charge), a.kind, "the newest refund, its intent taken from the charge");
         let without_list = r#"{"id":"evt_5","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","amount":4999,"currency":"usd","payment_intent":"pi_1"}}}"#;
@@ -489,12 +505,14 @@ mod tests {
     }
 
     #[test]
-    fn account_key_is_configurable_and_required_for_credits() {
+    fn account_key_is_configurable_and_optional_for_credits() {
         let s = Stripe::from_env_value(SECRET, 300, "wallet").unwrap();
         let body = intent("payment_intent.succeeded", "pi_1", "succeeded").replace(r#""account":"#, r#""wallet":"#);
-        assert!(matches!(kind(&s, &body), EventKind::PaymentSucceeded(_)));
-        match stripe(SECRET).normalise(body.as_bytes()) {
-            Err(PayloadError::Invalid { field, .. }) => assert_eq!(field, "data.object.metadata.account"),
+        assert!(matches!(kind(&s, &body), EventKind::PaymentSucceeded(PaymentFacts { account: Some(_), .. })));
+        // Checkout and invoice intents often lack the key: a credit without an account (the
+        // payment's registered or default account is used, else it is acknowledged unassigned).
+        match kind(&stripe(SECRET), &body) {
+            EventKind::PaymentSucceeded(p) => assert_eq!(p.account, None),
             other => panic!("{other:?}"),
         }
         let wrong_object = body.replace(r#""object":"payment_intent""#, r#""object":"charge""#);

@@ -126,7 +126,7 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                 report.needs_human.push(finding("claim facts unreadable".into()));
                 continue;
             };
-            let event = NormalisedEvent { provider, event_id: format!("resume:{}", claim.key), event_type: RESUME_EVENT_TYPE.into(), kind };
+            let event = NormalisedEvent { provider, event_id: format!("resume:{}", claim.key), event_type: RESUME_EVENT_TYPE.into(), kind, transaction_id: None };
             let answer = self.process(&event, &claim.fingerprint).await;
             report.file(answer, finding("resumed".into()));
         }
@@ -151,12 +151,13 @@ impl<A: ProviderApi> Reconciler<'_, A> {
             Err(e) => return report.still_unknown.push(finding(format!("provider API: {e}"))),
         };
         let kind = match truth {
-            ProviderTruth::Succeeded { money, account } => {
-                let Some(account) = account.or_else(|| p.account.clone()) else {
-                    return report.needs_human.push(finding("paid, but no account is known".into()));
-                };
-                EventKind::PaymentSucceeded(PaymentFacts { reference: p.reference.clone(), account, money })
-            }
+            // No account from the provider: the payment's own (or the default); with neither the
+            // pipeline answers `unassigned` and the report files it under needs_human.
+            ProviderTruth::Succeeded { money, account } => EventKind::PaymentSucceeded(PaymentFacts {
+                reference: p.reference.clone(),
+                account: account.or_else(|| p.account.clone()),
+                money,
+            }),
             ProviderTruth::Failed => EventKind::PaymentState {
                 facts: StateFacts { reference: p.reference.clone(), account: None, money: None },
                 to: PaymentStatus::Failed,
@@ -165,7 +166,7 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                 return report.still_unknown.push(finding(format!("provider says {truth:?}")));
             }
         };
-        let event = NormalisedEvent { provider: p.provider, event_id: format!("reconcile:{}", p.reference), event_type: "reconcile.provider_api".into(), kind };
+        let event = NormalisedEvent { provider: p.provider, event_id: format!("reconcile:{}", p.reference), event_type: "reconcile.provider_api".into(), kind, transaction_id: None };
         let body = serde_json::json!({ "reconciled": p.reference.as_str(), "provider": p.provider }).to_string();
         let answer = self.process(&event, &body).await;
         report.file(answer, finding("provider API".into()));

@@ -71,7 +71,7 @@ pub fn sdk_builder() -> aws_sdk_dynamodb::config::Builder {
 }
 
 pub fn settings() -> StoreSettings {
-    StoreSettings { ledger_shards: 4, ..StoreSettings::default() }
+    StoreSettings::default()
 }
 
 /// A store over freshly created, uniquely named tables.

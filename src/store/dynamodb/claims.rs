@@ -145,7 +145,7 @@ impl Claims for DynamoStore {
             // Gone between our put and our read: it was released, so claim again.
             let Some(existing) = existing else { continue };
             let record = to_record(&existing, &self.tables.idempotency)?;
-            match judge_existing(&record, fingerprint, now_ms()) {
+            match judge_existing(&record, fingerprint, now_ms(), &token) {
                 Existing::Decided(outcome) => return Ok(outcome),
                 Existing::TakeOver { previous_owner } => {
                     if self.take_over(key, &previous_owner, &token, lease_ms).await? {
@@ -196,6 +196,14 @@ impl Claims for DynamoStore {
                 None => self.read_claim(key).await?,
             },
         };
+        // DONE under our own token: the SDK retried our finalize after its reply was lost.
+        let ours = old.as_ref().is_some_and(|item| {
+            let r = Reader::new(item, table);
+            r.opt_str("owner") == Some(token.as_str()) && r.opt_str("status") == Some(DONE)
+        });
+        if ours {
+            return Ok(FinalizeOutcome::Done);
+        }
         // Not ours any more: a successor took over. Its answer stands if it finished.
         let stored = match old.map(|item| to_record(&item, table)).transpose()? {
             Some(ClaimRecord { state: ClaimState::Done(resp), .. }) => Some(resp),

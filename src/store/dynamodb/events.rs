@@ -6,7 +6,7 @@
 //! (`{outcome}#{day}`), so time-range and outcome queries read one day's partition at a time
 //! instead of scanning the table.
 
-use super::item::{n, s, unavailable, Item, Reader};
+use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
 use crate::eventlog::{utc_day, Delivery, EventLog, LogFilter, LogPage, Outcome};
@@ -171,8 +171,12 @@ impl EventLog for DynamoStore {
                 put = put.item(name, s(v));
             }
         }
-        put.send().await.map_err(|e| unavailable("PutItem", table, e))?;
-        Ok(())
+        match put.send().await {
+            Ok(_) => Ok(()),
+            // The id is unique per delivery (time + random), so an item already under it is this
+            // very append, applied by an earlier try whose reply was lost: it is logged.
+            Err(e) => condition_failed(e, "PutItem", table).map(|_| ()),
+        }
     }
 
     async fn query(&self, filter: &LogFilter, limit: usize, cursor: Option<&str>) -> Result<LogPage, StoreError> {

@@ -141,9 +141,3 @@ impl<'a> Reader<'a> {
         parse(self.str(name)?).map_err(|_| self.corrupt(format!("{name} is not valid")))
     }
 }
-
-/// FNV-1a: a stable, dependency-free hash for picking a ledger shard by key (std's hasher is
-/// randomly seeded per process, which would scatter one key over shards across restarts).
-pub(crate) fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}

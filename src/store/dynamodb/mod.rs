@@ -27,8 +27,6 @@ pub struct StoreSettings {
     pub claim_retention_s: i64,
     /// How long delivery-log entries are kept (TTL).
     pub log_retention_s: i64,
-    /// Ledger write shards per account. Only ever grow it: reads sum shards `0..ledger_shards`.
-    pub ledger_shards: u32,
 }
 
 impl Default for StoreSettings {
@@ -36,7 +34,6 @@ impl Default for StoreSettings {
         StoreSettings {
             claim_retention_s: 30 * 86_400,
             log_retention_s: 90 * 86_400,
-            ledger_shards: 4,
         }
     }
 }

@@ -2,8 +2,11 @@
 //! whose condition is the state machine's allowed sources.
 //!
 //! Item: `pk` = `{provider}#{reference}`, `status`, `account`, `amount_minor`, `currency`,
-//! `refundable_minor`, `refunded_minor`, `refund_keys` (string set), `paid_key`, `history` (list),
-//! `open` (sparse index) while PENDING/PROCESSING.
+//! `refundable_minor`, `refunded_minor`, `refund_keys` and `reversed_refund_keys` (string sets),
+//! `paid_key`, `ledger_shard`, `history` (list), `open` (sparse index) while PENDING/PROCESSING.
+//!
+//! Transaction bindings share the table: `pk` = `{provider}:txn:{transaction id}`, `reference`
+//! (the provider name is followed by `:` there and by `#` in a payment's key, so they never meet).
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -15,10 +18,16 @@ use crate::domain::{
     Reference, RefundFacts, StateFacts,
 };
 use crate::ledger::{
-    judge_paid, judge_refund, judge_state, mismatch, ExpectedPayment, HistoryEntry, PaidOutcome,
-    PaymentRecord, Payments, RefundOutcome, RegisterOutcome, StateOutcome,
+    judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry, NewCredit,
+    PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome, RegisterOutcome,
+    ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::store::StoreError;
+
+/// Rounds of write -> judge -> write again before answering "contended" (retryable). Each failed
+/// round means another writer changed the payment, so the rounds only run out under a storm of
+/// concurrent refunds on one payment; the provider's retry then finishes it.
+const WRITE_ROUNDS: usize = 32;
 
 fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
     s(format!("{provider}#{reference}"))
@@ -56,7 +65,12 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
         currency: r.opt_str("currency").map(Currency::parse).transpose().map_err(|_| r.corrupt("currency"))?,
         refunded_minor: r.opt_num("refunded_minor")?.unwrap_or(0),
         refund_keys: r.str_set("refund_keys"),
+        reversed_refund_keys: r.str_set("reversed_refund_keys"),
         paid_key: r.opt_str("paid_key").map(str::to_owned),
+        ledger_shard: r
+            .opt_num("ledger_shard")?
+            .map(|v| u32::try_from(v).map_err(|_| r.corrupt("ledger_shard out of range")))
+            .transpose()?,
         history,
         created_at_ms: r.opt_num("created_at_ms")?.unwrap_or(0),
         updated_at_ms: r.opt_num("updated_at_ms")?.unwrap_or(0),
@@ -153,6 +167,63 @@ impl DynamoStore {
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
     }
 
+    /// One PAID write: from absent/PENDING/PROCESSING, or (`recover`) from FAILED. Records the
+    /// key that paid it and where its ledger entries live, in the same conditional write.
+    async fn paid_write(
+        &self,
+        provider: ProviderId,
+        facts: &PaymentFacts,
+        key: &IdempotencyKey,
+        new: NewCredit<'_>,
+        recover: bool,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let now = now_ms();
+        let paid = PaymentStatus::Paid;
+        let update = self.payment_update(provider, &facts.reference, now);
+        let (update, money_conds, mut sets) = money_guard(update, facts.account.as_ref(), Some(&facts.money));
+        let mut conds: Vec<String> = money_conds.into_iter().map(str::to_owned).collect();
+        // No account in the event: the payment's own, else the default, else nothing moves.
+        let update = match (facts.account.as_ref(), new.default_account) {
+            (Some(_), _) => update,
+            (None, Some(default)) => {
+                sets.push("account = if_not_exists(account, :acct)");
+                update.expression_attribute_values(":acct", s(default.as_str()))
+            }
+            (None, None) => {
+                conds.push("attribute_exists(account)".to_owned());
+                update
+            }
+        };
+        let (update, sources, note) = if recover {
+            let (u, src) = status_in(update, &[PaymentStatus::Failed]);
+            (u, src, format!("recovered from FAILED: {key}"))
+        } else {
+            let (u, src) = status_in(update, &[PaymentStatus::Pending, PaymentStatus::Processing]);
+            (u, format!("(attribute_not_exists(pk) OR {src})"), key.to_string())
+        };
+        conds.insert(0, sources);
+        let update = update
+            .update_expression(format!(
+                "SET #status = :to, provider = :prov, #reference = :ref, {}, \
+                 refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
+                 ledger_shard = if_not_exists(ledger_shard, :shard), \
+                 created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
+                 history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
+                sets.join(", ")
+            ))
+            .condition_expression(conds.join(" AND "))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_names("#reference", "reference")
+            .expression_attribute_values(":to", s(paid.as_str()))
+            .expression_attribute_values(":prov", s(provider.as_str()))
+            .expression_attribute_values(":ref", s(facts.reference.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":key", s(key.as_str()))
+            .expression_attribute_values(":shard", n(i64::from(new.shard)))
+            .expression_attribute_values(":h", history(paid, &note, now));
+        self.conditional_update(update, provider, &facts.reference).await
+    }
+
     /// One refund attempt aimed at `target`: REFUNDED needs the remainder to equal the refund,
     /// PARTIALLY_REFUNDED needs it to exceed it. DynamoDB conditions cannot add, so the remainder
     /// is stored (`refundable_minor`) and compared directly.
@@ -174,7 +245,7 @@ impl DynamoStore {
             )
             .condition_expression(format!(
                 "attribute_exists(pk) AND #status IN (:paid, :partial) AND currency = :cur \
-                 AND NOT contains(refund_keys, :key) AND {remainder}"
+                 AND NOT contains(refund_keys, :key) AND NOT contains(reversed_refund_keys, :key) AND {remainder}"
             ))
             .expression_attribute_values(":to", s(target.as_str()))
             .expression_attribute_values(":amt", n(facts.money.amount.get()))
@@ -184,6 +255,53 @@ impl DynamoStore {
             .expression_attribute_values(":paid", s(PaymentStatus::Paid.as_str()))
             .expression_attribute_values(":partial", s(PaymentStatus::PartiallyRefunded.as_str()))
             .expression_attribute_values(":h", history(target, key.as_str(), now));
+        self.conditional_update(update, provider, &facts.payment_reference).await
+    }
+}
+
+impl DynamoStore {
+    /// One reversal write: `Restore` gives an applied refund back (the refunded total must cover
+    /// it, and the status follows what remains refunded); `Void` records a refund never applied.
+    /// Either way the refund key joins `reversed_refund_keys` in the same write, so a reversal
+    /// applies once and a voided refund's late success finds it.
+    async fn reversal_write(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        refund_key: &IdempotencyKey,
+        write: ReversalWrite,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let now = now_ms();
+        let fresh = "attribute_exists(pk) AND currency = :cur AND NOT contains(reversed_refund_keys, :rk)";
+        let update = match write {
+            ReversalWrite::Restore(to) => {
+                let refunded = if to == PaymentStatus::Paid { "refunded_minor = :amt" } else { "refunded_minor > :amt" };
+                self.payment_update(provider, &facts.payment_reference, now)
+                    .update_expression(
+                        "SET #status = :to, refundable_minor = refundable_minor + :amt, \
+                         refunded_minor = refunded_minor - :amt, updated_at_ms = :now, \
+                         history = list_append(if_not_exists(history, :empty), :h) ADD reversed_refund_keys :rks",
+                    )
+                    .condition_expression(format!("{fresh} AND contains(refund_keys, :rk) AND {refunded}"))
+                    .expression_attribute_values(":to", s(to.as_str()))
+                    .expression_attribute_values(":amt", n(facts.money.amount.get()))
+                    .expression_attribute_values(":h", history(to, &format!("refund reversed: {refund_key}"), now))
+            }
+            // The status does not change, so no history entry (it records statuses); the void
+            // is the key in `reversed_refund_keys`.
+            ReversalWrite::Void => self
+                .client
+                .update_item()
+                .table_name(&self.tables.payments)
+                .key("pk", pk(provider, &facts.payment_reference))
+                .update_expression("SET updated_at_ms = :now ADD reversed_refund_keys :rks")
+                .condition_expression(format!("{fresh} AND NOT contains(refund_keys, :rk)"))
+                .expression_attribute_values(":now", n(now)),
+        };
+        let update = update
+            .expression_attribute_values(":rk", s(refund_key.as_str()))
+            .expression_attribute_values(":rks", AttributeValue::Ss(vec![refund_key.to_string()]))
+            .expression_attribute_values(":cur", s(facts.money.currency.as_str()));
         self.conditional_update(update, provider, &facts.payment_reference).await
     }
 }
@@ -249,36 +367,21 @@ impl Payments for DynamoStore {
         provider: ProviderId,
         facts: &PaymentFacts,
         key: &IdempotencyKey,
+        new: NewCredit<'_>,
     ) -> Result<PaidOutcome, StoreError> {
-        let now = now_ms();
-        let paid = PaymentStatus::Paid;
-        let update = self.payment_update(provider, &facts.reference, now);
-        let (update, money_conds, money_sets) = money_guard(update, Some(&facts.account), Some(&facts.money));
-        let (update, sources) = status_in(update, paid.sources_of());
-        let update = update
-            .update_expression(format!(
-                "SET #status = :to, provider = :prov, #reference = :ref, {}, \
-                 refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
-                 created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
-                 history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
-                money_sets.join(", ")
-            ))
-            .condition_expression(format!(
-                "(attribute_not_exists(pk) OR {sources}) AND {}",
-                money_conds.join(" AND ")
-            ))
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_names("#reference", "reference")
-            .expression_attribute_values(":to", s(paid.as_str()))
-            .expression_attribute_values(":prov", s(provider.as_str()))
-            .expression_attribute_values(":ref", s(facts.reference.as_str()))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":key", s(key.as_str()))
-            .expression_attribute_values(":h", history(paid, key.as_str(), now));
-        Ok(match self.conditional_update(update, provider, &facts.reference).await? {
-            Ok(record) => PaidOutcome::Applied(record),
-            Err(old) => judge_paid(old, facts, key),
-        })
+        let mut recover = false;
+        for _ in 0..WRITE_ROUNDS {
+            let old = match self.paid_write(provider, facts, key, new, recover).await? {
+                Ok(record) => return Ok(PaidOutcome::Applied(record)),
+                Err(old) => old,
+            };
+            match judge_paid(old, facts, key, new.default_account.is_some()) {
+                PaidJudgement::Decided(outcome) => return Ok(outcome),
+                PaidJudgement::Recover => recover = true,
+                PaidJudgement::Retry => recover = false,
+            }
+        }
+        Ok(PaidOutcome::Contended)
     }
 
     async fn move_state(
@@ -329,33 +432,79 @@ impl Payments for DynamoStore {
         facts: &RefundFacts,
         key: &IdempotencyKey,
     ) -> Result<RefundOutcome, StoreError> {
-        // Full refunds are tried first (the common case); a partial one costs one more attempt.
-        // Concurrent refunds can change the remainder between attempts, so re-aim a few times
-        // from what the failed condition showed before judging.
+        // A full refund is the common case, so aim there first; each failed write shows the
+        // payment as it is, and the judge re-aims or decides.
         let mut target = PaymentStatus::Refunded;
-        let mut last = None;
-        for _ in 0..4 {
-            match self.refund_to(provider, facts, key, target).await? {
+        for _ in 0..WRITE_ROUNDS {
+            let old = match self.refund_to(provider, facts, key, target).await? {
                 Ok(record) => return Ok(RefundOutcome::Applied(record)),
-                Err(old) => last = old,
-            }
-            let amount = facts.money.amount.get();
-            let retarget = last.as_ref().and_then(|p| {
-                let remaining = p.amount_minor.unwrap_or(0) - p.refunded_minor;
-                let open = p.status.is_paid() && !p.refund_keys.iter().any(|k| k == key.as_str());
-                match remaining {
-                    // Another refund moved the remainder: aim again at what it is now.
-                    r if open && r == amount => Some(PaymentStatus::Refunded),
-                    r if open && r > amount => Some(PaymentStatus::PartiallyRefunded),
-                    _ => None,
-                }
-            });
-            match retarget {
-                Some(t) => target = t,
-                None => break,
+                Err(old) => old,
+            };
+            match judge_refund(old, facts, key) {
+                RefundJudgement::Decided(outcome) => return Ok(outcome),
+                RefundJudgement::Aim(t) => target = t,
             }
         }
-        Ok(judge_refund(last, facts, key))
+        Ok(RefundOutcome::Contended)
+    }
+
+    async fn reverse_refund(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        refund_key: &IdempotencyKey,
+    ) -> Result<ReversalOutcome, StoreError> {
+        // Most reversals follow an applied refund that took the whole remainder.
+        let mut write = ReversalWrite::Restore(PaymentStatus::Paid);
+        for _ in 0..WRITE_ROUNDS {
+            let result = self.reversal_write(provider, facts, refund_key, write).await?;
+            match (result, write) {
+                (Ok(record), ReversalWrite::Restore(_)) => return Ok(ReversalOutcome::Applied(record)),
+                (Ok(record), ReversalWrite::Void) => return Ok(ReversalOutcome::Voided(record)),
+                (Err(old), _) => match judge_reversal(old, facts, refund_key) {
+                    ReversalJudgement::Decided(outcome) => return Ok(outcome),
+                    ReversalJudgement::Write(w) => write = w,
+                },
+            }
+        }
+        Ok(ReversalOutcome::Contended)
+    }
+
+    async fn bind_reference(
+        &self,
+        provider: ProviderId,
+        transaction_id: &str,
+        reference: &Reference,
+    ) -> Result<Reference, StoreError> {
+        let table = &self.tables.payments;
+        let pk = s(format!("{provider}:txn:{transaction_id}"));
+        let result = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", pk.clone())
+            .item("reference", s(reference.as_str()))
+            .item("created_at_ms", n(now_ms()))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let old = match result {
+            Ok(_) => return Ok(reference.clone()),
+            Err(e) => match condition_failed(e, "PutItem", table)? {
+                Some(old) => Some(old),
+                None => self.client.get_item().table_name(table).key("pk", pk).consistent_read(true).send().await
+                    .map_err(|e| unavailable("GetItem", table, e))?
+                    .item,
+            },
+        };
+        // Bindings are never deleted, so the item that failed our condition is still there.
+        let old = old.ok_or_else(|| StoreError::Corrupt {
+            table: table.clone(),
+            key: format!("{provider}:txn:{transaction_id}"),
+            reason: "binding vanished".into(),
+        })?;
+        Reader::new(&old, table).parsed("reference", Reference::parse)
     }
 
     async fn payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {

@@ -155,7 +155,7 @@ async fn chaos(seed: u64) {
             async move {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(fault_seed);
                 for _ in 0..60 {
-                    let plan = rng.gen_bool(0.3).then(|| (rng.gen_range(0..5), ALL_FAULTS[rng.gen_range(0..4)]));
+                    let plan = rng.gen_bool(0.3).then(|| (rng.gen_range(0..5), ALL_FAULTS[rng.gen_range(0..ALL_FAULTS.len())]));
                     let inv = Invocation::new(plan);
                     let r = invoke(inv.clone(), send(&app, signed(&body))).await;
                     if inv.fired() {

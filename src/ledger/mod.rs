@@ -198,9 +198,10 @@ pub fn judge_state(existing: Option<PaymentRecord>, facts: &StateFacts) -> State
 pub enum RefundOutcome {
     Applied(PaymentRecord),
     AlreadyApplied(PaymentRecord),
-    /// The payment is not PAID yet (absent, PENDING, PROCESSING): park it, the provider retries.
+    /// The payment is not PAID yet (absent, PENDING, PROCESSING, FAILED): park it, the provider
+    /// retries.
     NotYetPaid(Option<PaymentRecord>),
-    /// Would take the refunded total above the paid amount, or the payment FAILED.
+    /// Would take the refunded total above the paid amount.
     Refused { reason: &'static str, payment: PaymentRecord },
     /// The provider already reported this refund failed: it never applies.
     Voided(PaymentRecord),
@@ -233,8 +234,10 @@ pub fn judge_refund(existing: Option<PaymentRecord>, facts: &RefundFacts, key: &
         return Decided(RefundOutcome::Mismatch(m, e));
     }
     match e.status {
-        PaymentStatus::Pending | PaymentStatus::Processing => Decided(RefundOutcome::NotYetPaid(Some(e))),
-        PaymentStatus::Failed => Decided(RefundOutcome::Refused { reason: "payment_failed", payment: e }),
+        // FAILED is not final for money (a later success still pays it): wait like PENDING.
+        PaymentStatus::Pending | PaymentStatus::Processing | PaymentStatus::Failed => {
+            Decided(RefundOutcome::NotYetPaid(Some(e)))
+        }
         PaymentStatus::Paid | PaymentStatus::PartiallyRefunded | PaymentStatus::Refunded => {
             let amount = facts.money.amount.get();
             match e.amount_minor.unwrap_or(0).checked_sub(e.refunded_minor) {

@@ -5,7 +5,11 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::config::interceptors::{BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextRef};
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextMut, FinalizerInterceptorContextRef,
+};
+use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 
@@ -20,9 +24,13 @@ pub enum Fault {
     Throttle,
     /// The call fails without applying (a 500).
     ServerError,
+    /// The call applies, its reply is lost on the wire (a timeout), and the SDK's own retry sends
+    /// the same request again: a conditional write then meets its own first attempt.
+    LostReplyRetried,
 }
 
-pub const ALL_FAULTS: [Fault; 4] = [Fault::CrashAfter, Fault::LostReply, Fault::Throttle, Fault::ServerError];
+pub const ALL_FAULTS: [Fault; 5] =
+    [Fault::CrashAfter, Fault::LostReply, Fault::Throttle, Fault::ServerError, Fault::LostReplyRetried];
 
 /// One simulated invocation's plan and progress.
 #[derive(Debug, Default)]
@@ -94,6 +102,25 @@ impl Intercept for FaultInjector {
                 }
             })
             .unwrap_or(Ok(()))
+    }
+
+    /// After the first attempt of the chosen call applied, its outcome becomes a connection
+    /// timeout, which the SDK's standard retry classifies as transient and retries.
+    fn modify_before_attempt_completion(
+        &self,
+        ctx: &mut FinalizerInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let _ = INVOCATION.try_with(|inv| {
+            let n = inv.current.load(Ordering::SeqCst);
+            if inv.plan == Some((n, Fault::LostReplyRetried)) && !inv.fired.swap(true, Ordering::SeqCst) {
+                if let Some(out) = ctx.output_or_error_mut() {
+                    *out = Err(OrchestratorError::connector(ConnectorError::timeout(Box::new(Injected("reply lost")))));
+                }
+            }
+        });
+        Ok(())
     }
 
     fn read_after_execution(&self, _: &FinalizerInterceptorContextRef<'_>, _: &RuntimeComponents, _: &mut ConfigBag) -> Result<(), BoxError> {

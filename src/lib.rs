@@ -34,14 +34,20 @@
 //! | IN_PROGRESS, live    | duplicate                      | none: answer 409 + `Retry-After`                       | unchanged             |
 //! | IN_PROGRESS, expired | duplicate or retry             | `UpdateItem` owner if `owner = old AND lease <= now`   | IN_PROGRESS(new owner) |
 //! | IN_PROGRESS(owner)   | money moved                    | `UpdateItem` DONE + response if `owner = me`           | DONE(response)        |
-//! | IN_PROGRESS(owner)   | nothing moved (mismatch, parked) | `DeleteItem` if `owner = me AND IN_PROGRESS`         | absent                |
+//! | IN_PROGRESS(owner)   | nothing moved (mismatch, parked, unassigned) | `DeleteItem` if `owner = me AND IN_PROGRESS` | absent             |
 //! | DONE                 | duplicate                      | none: replay the stored response                       | unchanged             |
 //! | any                  | same key, other money          | none: answer 422 `reference_conflict`                  | unchanged             |
 //!
 //! Between claim and finalize, the steps are: the payment's transition (`status IN (sources)`,
 //! recording the key that moved it) and the ledger entry (`PutItem` keyed by the key). A retry
 //! that finds a step's condition false *and* its key recorded knows the step was its own, and
-//! goes on. Balances are sums of entries, never a bare `ADD` a retry could repeat.
+//! goes on. Balances are sums of entries, never a bare `ADD` a retry could repeat. A write whose
+//! reply was lost and that the SDK sent again meets its own first attempt: the claim carries our
+//! token, the payment our key, the log item our delivery id, so the retry knows it as ours.
+//!
+//! Nothing a retry needs is recomputed from what may change in between: a payment's ledger shard
+//! is recorded when it is paid, a provider transaction is bound to the reference it was first
+//! keyed by, and the account credited is recorded on the payment.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

@@ -40,6 +40,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_FLUTTERWAVE_API_URL", "reconciliation: Flutterwave API base URL (default https://api.flutterwave.com)"),
     ("PAYHOOK_FLUTTERWAVE_API_KEY", "reconciliation: Flutterwave secret key"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
+    ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];
 
 /// Env vars holding secrets, per provider. Flutterwave's v4 secrets are read separately.

@@ -512,5 +512,6 @@ fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {
         raw_body: d.raw_body.to_owned(),
         replay_of: d.replay_of.clone(),
         started_by: d.started_by.clone(),
+        redriven: None,
     }
 }

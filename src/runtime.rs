@@ -49,10 +49,12 @@ pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
     for (p, e) in problems {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
+    let settings = reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms));
+    let call_timeout = std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
     Ok(Ops {
         pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
-        api: HttpProviderApi::new(reconcile::config::endpoints(&get))?,
-        settings: reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms)),
+        api: HttpProviderApi::new(reconcile::config::endpoints(&get))?.with_timeout(call_timeout),
+        settings,
     })
 }

@@ -255,14 +255,16 @@ fn subjects(findings: &[payhook::reconcile::Finding]) -> Vec<String> {
 
 #[tokio::test]
 async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_answer() {
-    // GIVEN four registered payments we never heard about, and a provider that knows them
+    // GIVEN five registered payments we never heard about, and a provider that knows them
     let store = store("reconcile").await;
-    for r in ["rc_paid", "rc_failed", "rc_pending", "rc_other"] {
+    for r in ["rc_paid", "rc_failed", "rc_attempt", "rc_pending", "rc_other"] {
         expect(&store, r, "w_rc", 4_000).await;
     }
     let answers: HashMap<String, serde_json::Value> = [
         ("rc_paid", serde_json::json!({"reference": "rc_paid", "status": "succeeded", "amount": 4000, "currency": "NGN", "account": "w_rc"})),
-        ("rc_failed", serde_json::json!({"reference": "rc_failed", "status": "failed"})),
+        // `canceled` is the generic API's final failure; `failed` is an attempt, not final.
+        ("rc_failed", serde_json::json!({"reference": "rc_failed", "status": "canceled"})),
+        ("rc_attempt", serde_json::json!({"reference": "rc_attempt", "status": "failed"})),
         ("rc_pending", serde_json::json!({"reference": "rc_pending", "status": "processing"})),
         ("rc_other", serde_json::json!({"reference": "rc_other", "status": "succeeded", "amount": 3999, "currency": "NGN", "account": "w_rc"})),
     ]
@@ -270,17 +272,17 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let (base_url, seen) = fake_provider(answers).await;
-    let api = HttpProviderApi::new(vec![ApiEndpoint { provider: ProviderId::Generic, base_url, api_key: "k_test".into(), account_key: "account".into() }]).unwrap();
+    let api = HttpProviderApi::new(vec![ApiEndpoint { provider: ProviderId::Generic, base_url, api_key: "k_test".into() }]).unwrap();
     let (providers, _) = config(30_000).providers();
     let pipeline = Pipeline::new(store.clone());
 
     // WHEN one pass runs
     let report: Report = reconciler(&pipeline, &providers, &api).run().await.unwrap();
 
-    // THEN the paid one is credited once, the failed one FAILED, the pending one unknown, the
-    // mismatching one left for a human; the provider saw our key
+    // THEN the paid one is credited once, the canceled one FAILED, the pending one and the
+    // failed attempt unknown, the mismatching one left for a human; the provider saw our key
     assert_eq!(subjects(&report.completed), vec!["rc_failed", "rc_paid"], "{report:?}");
-    assert_eq!(subjects(&report.still_unknown), vec!["rc_pending"], "{report:?}");
+    assert_eq!(subjects(&report.still_unknown), vec!["rc_attempt", "rc_pending"], "{report:?}");
     assert_eq!(subjects(&report.needs_human), vec!["rc_other"], "{report:?}");
     let status = |r: &'static str| {
         let store = store.clone();
@@ -289,6 +291,7 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
     assert_eq!(status("rc_paid").await, Some(PaymentStatus::Paid));
     assert_eq!(status("rc_failed").await, Some(PaymentStatus::Failed));
     assert_eq!(status("rc_other").await, Some(PaymentStatus::Pending));
+    assert_eq!(status("rc_attempt").await, Some(PaymentStatus::Pending));
     assert_eq!(balance(&store, "w_rc").await, (4_000, 1));
     assert!(seen.lock().unwrap().iter().all(|h| h == "Bearer k_test"));
 

@@ -124,6 +124,7 @@ fn synthetic(id_ms: i64, reference: &str, outcome: Outcome) -> Delivery {
         raw_body: "{}".into(),
         replay_of: None,
         started_by: None,
+        redriven: None,
     }
 }
 
@@ -202,8 +203,8 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
         settings: ReconcileSettings::default(),
     };
     // WHEN the operations function is invoked with the sample's shape
-    let dry = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}, "dry_run": true}), "req-1").await.unwrap();
-    let real = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}}), "req-2").await.unwrap();
+    let dry = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}, "dry_run": true}), "req-1", None).await.unwrap();
+    let real = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}}), "req-2", None).await.unwrap();
     // THEN the dry run predicts, the real one applies once, and the replay names its invocation
     assert_eq!(dry["results"]["apply generic:refund:rf_i"], 1, "{dry}");
     assert_eq!(real["results"]["applied"], 1, "{real}");
@@ -211,5 +212,5 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
     let replays: Vec<Delivery> = all_deliveries(&store).await.into_iter().filter(|d| d.replay_of.is_some()).collect();
     assert_eq!(replays.len(), 1);
     assert_eq!(replays[0].started_by.as_deref(), Some("lambda:req-2"));
-    assert!(handle(&ops, json!({"action": "replay", "filter": {"outcome": "nope"}}), "r").await.is_err());
+    assert!(handle(&ops, json!({"action": "replay", "filter": {"outcome": "nope"}}), "r", None).await.is_err());
 }

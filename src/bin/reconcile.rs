@@ -15,13 +15,14 @@ async fn run() -> Result<(), String> {
     let store = runtime::dynamo_store(&config).await;
     let ops = runtime::ops(&config, store).map_err(|e| e.to_string())?;
     if !runtime::in_lambda() {
-        let report = handle(&ops, Value::Null, "local").await?;
+        let report = handle(&ops, Value::Null, "local", None).await?;
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
         return Ok(());
     }
     let ops = &ops;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
-        handle(ops, event.payload, &event.context.request_id).await
+        let deadline_ms = i64::try_from(event.context.deadline).ok();
+        handle(ops, event.payload, &event.context.request_id, deadline_ms).await
     }))
     .await
     .map_err(|e| e.to_string())

@@ -277,7 +277,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
         Command::Reconcile => {
             let ops = crate::runtime::ops(&config, store)?;
-            let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli").await.map_err(CliError::Other)?;
+            let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await.map_err(CliError::Other)?;
             print_json(&report)
         }
         Command::Replay { filter, dry_run, concurrency, include_replays, max } => {

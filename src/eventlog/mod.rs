@@ -87,6 +87,10 @@ pub struct Delivery {
     pub replay_of: Option<String>,
     /// Who started a replay (operator, Lambda invocation).
     pub started_by: Option<String>,
+    /// Set once reconciliation re-drove this delivery: the outcome of that re-drive. The log is
+    /// append-only in content; this mark is the one attribute added later, so no pass repeats
+    /// finished work.
+    pub redriven: Option<Outcome>,
 }
 
 impl Delivery {
@@ -126,6 +130,15 @@ pub trait EventLog {
         limit: usize,
         cursor: Option<&str>,
     ) -> Result<LogPage, StoreError>;
+    /// Up to `limit` deliveries matching `filter` (an outcome or time filter) whose id is after
+    /// `after`, oldest first: a backlog walked from a cursor.
+    async fn query_oldest_first(&self, filter: &LogFilter, limit: usize, after: &str) -> Result<Vec<Delivery>, StoreError>;
+    /// Marks `delivery` as re-driven with `outcome`, once (a second mark is a no-op).
+    async fn mark_redriven(&self, delivery: &Delivery, outcome: Outcome) -> Result<(), StoreError>;
+    /// A named cursor kept between passes (a delivery id), if set.
+    async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
+    /// Moves a named cursor forward to `to` (never back).
+    async fn save_cursor(&self, name: &str, to: &str) -> Result<(), StoreError>;
 }
 
 /// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant (Howard Hinnant's civil-from-days), used

@@ -465,6 +465,16 @@ pub trait Payments {
         transaction_id: &str,
         reference: &Reference,
     ) -> Result<Reference, StoreError>;
+    /// Takes an open payment (still `status`) out of reconciliation's open index, with `note` in
+    /// its history: the provider had no final word past the give-up horizon. Its status does not
+    /// change, so a webhook can still pay it. False if it was no longer open as judged.
+    async fn stop_asking(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        status: PaymentStatus,
+        note: &str,
+    ) -> Result<bool, StoreError>;
     async fn payment(
         &self,
         provider: ProviderId,

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
-use super::{single_header, PayloadError, Provider, SignatureError};
+use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, StateFacts,
     UnpricedRefund,
@@ -172,6 +172,26 @@ impl Provider for Flutterwave {
         };
         let transaction_id = transaction_of(&f, &kind)?;
         Ok(NormalisedEvent { provider: ProviderId::Flutterwave, event_id, event_type, kind, transaction_id })
+    }
+
+    fn api_path(&self, reference: &Reference) -> String {
+        match self.reference {
+            ReferenceField::TxRef => format!("/v3/transactions/verify_by_reference?tx_ref={reference}"),
+            ReferenceField::Id => format!("/v3/transactions/{reference}/verify"),
+        }
+    }
+
+    /// The verify endpoints answer `{"status":"success","data":{…}}` whose `data` is the charge
+    /// as `charge.completed` carries it: same fields, same exact decimal conversion (from the
+    /// answer's text). `failed` is not final: a checkout may be retried under the same `tx_ref`.
+    fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError> {
+        let root = parse_object(body)?;
+        let text = std::str::from_utf8(body).map_err(|_| PayloadError::NotUtf8)?;
+        let f = Fields::new(&root);
+        match f.str("data.status")? {
+            "successful" | "succeeded" => super::succeeded(self.charge_completed(&f, text)?, reference),
+            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+        }
     }
 }
 
@@ -480,6 +500,24 @@ mod tests {
         }
         let pending = v4.replace(r#""status":"succeeded""#, r#""status":"pending""#);
         assert_eq!(fw(None, Some(V4)).normalise(pending.as_bytes()).unwrap().kind, EventKind::Ignored);
+    }
+
+    #[test]
+    fn reads_the_verify_api_as_it_reads_webhooks() {
+        let f3 = fw(Some(V3), None);
+        let r = Reference::parse("fw-order-1001").unwrap();
+        let verify = r#"{"status":"success","message":"Transaction fetched successfully","data":{"id":285959875,"tx_ref":"fw-order-1001","amount":1250.5,"currency":"NGN","status":"successful","meta":{"account":"wallet_42"}}}"#;
+        match f3.read_api(&r, verify.as_bytes()).unwrap() {
+            ProviderTruth::Succeeded(p) => {
+                assert_eq!((p.money.amount.get(), p.reference.as_str()), (125_050, "fw-order-1001"), "exact decimal, as webhooks");
+                assert_eq!(p.account.as_ref().map(|a| a.as_str()), Some("wallet_42"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A failed attempt is not final: the checkout may be retried under the same tx_ref.
+        let failed = verify.replace(r#""status":"successful""#, r#""status":"failed""#);
+        assert_eq!(f3.read_api(&r, failed.as_bytes()).unwrap(), ProviderTruth::NotFinal { status: "failed".into() });
+        assert_eq!(f3.api_path(&r), "/v3/transactions/verify_by_reference?tx_ref=fw-order-1001");
     }
 
     #[test]

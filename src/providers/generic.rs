@@ -8,9 +8,9 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
-use super::{single_header, PayloadError, Provider, SignatureError};
+use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, RefundFacts, StateFacts,
+    EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
 };
 
 /// Verifies Standard Webhooks signatures with any of several secrets (rotation).
@@ -110,6 +110,26 @@ impl Provider for Generic {
             _ => EventKind::Ignored,
         };
         Ok(NormalisedEvent { provider: ProviderId::Generic, event_id, event_type, kind, transaction_id: None })
+    }
+
+    fn api_path(&self, reference: &Reference) -> String {
+        format!("/payments/{reference}")
+    }
+
+    /// `GET /payments/{reference}` answers `{"status","amount","currency","account"?}` with the
+    /// webhook's field rules. `canceled` is final; `failed` (an attempt) is not.
+    fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError> {
+        let root = parse_object(body)?;
+        let f = Fields::new(&root);
+        match f.str("status")? {
+            "succeeded" => Ok(ProviderTruth::Succeeded(PaymentFacts {
+                reference: reference.clone(),
+                account: f.opt_account("account")?,
+                money: f.money("amount", "currency")?,
+            })),
+            "canceled" => Ok(ProviderTruth::Failed { status: "canceled".into() }),
+            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ pub mod stripe;
 
 use http::HeaderMap;
 
-use crate::domain::{NormalisedEvent, ProviderId};
+use crate::domain::{EventKind, NormalisedEvent, PaymentFacts, ProviderId, Reference};
 
 /// Why a signature check failed. All are answered 401; the variant is logged, never the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +57,38 @@ pub trait Provider: Send + Sync {
 
     /// Maps a verified (or stored, for replay) body to a normalised event.
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError>;
+
+    /// The path (under the provider's API base URL) that tells the truth about one payment.
+    fn api_path(&self, reference: &Reference) -> String;
+
+    /// Reads the provider API's answer about `reference` with the same mapping as its webhooks
+    /// (one place per provider knows its payloads, so webhook and API never disagree about an
+    /// amount). Only a status the provider documents as final ends a payment.
+    fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError>;
+}
+
+/// What a provider's API says about a payment, for reconciliation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderTruth {
+    /// Paid: the facts its webhook would carry (account `None` if it names none).
+    Succeeded(PaymentFacts),
+    /// Not final (pending, abandoned, a failed attempt that may still be retried): ask again.
+    NotFinal { status: String },
+    /// A status the provider documents as final without payment (Stripe `canceled`).
+    Failed { status: String },
+    NotFound,
+}
+
+/// The payment facts of a mapped event, for an API answer mapped as a webhook: `reference` is
+/// the payment asked about (the answer may name it by another field).
+pub(crate) fn succeeded(kind: EventKind, reference: &Reference) -> Result<ProviderTruth, PayloadError> {
+    match kind {
+        EventKind::PaymentSucceeded(mut p) => {
+            p.reference = reference.clone();
+            Ok(ProviderTruth::Succeeded(p))
+        }
+        _ => Err(PayloadError::invalid("status", "says paid but the payment does not map")),
+    }
 }
 
 /// The single value of a header that must appear exactly once.

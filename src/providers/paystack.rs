@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
-use super::{single_header, PayloadError, Provider, SignatureError};
+use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts};
 
 /// The signature header.
@@ -89,6 +89,22 @@ impl Provider for Paystack {
         };
         let event_id = event_id(&f, &event_type)?;
         Ok(NormalisedEvent { provider: ProviderId::Paystack, event_id, event_type, kind, transaction_id: None })
+    }
+
+    fn api_path(&self, reference: &Reference) -> String {
+        format!("/transaction/verify/{reference}")
+    }
+
+    /// `GET /transaction/verify/{reference}` answers `{"status":true,"data":{…}}` whose `data` is
+    /// the charge as `charge.success` carries it. Paystack documents no final failure there:
+    /// `abandoned` and `failed` mean the customer has not finished (and may still pay).
+    fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError> {
+        let root = parse_object(body)?;
+        let f = Fields::new(&root);
+        match f.str("data.status")? {
+            "success" => super::succeeded(self.charge_success(&f)?, reference),
+            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+        }
     }
 }
 

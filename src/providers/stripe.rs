@@ -18,7 +18,7 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
-use super::{single_header, PayloadError, Provider, SignatureError};
+use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     Currency, EventKind, Money, MoneyError, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId,
     Reference, RefundFacts, StateFacts,
@@ -142,6 +142,24 @@ impl Provider for Stripe {
             _ => EventKind::Ignored,
         };
         Ok(NormalisedEvent { provider: ProviderId::Stripe, event_id, event_type, kind, transaction_id: None })
+    }
+
+    fn api_path(&self, reference: &Reference) -> String {
+        format!("/v1/payment_intents/{reference}")
+    }
+
+    /// `GET /v1/payment_intents/{id}` answers the PaymentIntent itself: read as the object of a
+    /// `payment_intent.succeeded` (so `amount_received` and Stripe's units, as for webhooks).
+    /// Only `canceled` is final; `requires_payment_method` after a declined card is not.
+    fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError> {
+        let object = parse_object(body)?;
+        let wrapped = serde_json::json!({ "data": { "object": object } });
+        let f = Fields::new(&wrapped);
+        match f.str("data.object.status")? {
+            "succeeded" => super::succeeded(self.intent_succeeded(&f)?, reference),
+            "canceled" => Ok(ProviderTruth::Failed { status: "canceled".into() }),
+            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+        }
     }
 }
 

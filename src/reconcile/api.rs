@@ -1,28 +1,24 @@
 //! Asking a provider for the truth about a payment: the small trait reconciliation needs, and its
-//! HTTP implementation (Stripe `GET /v1/payment_intents/{id}`, Paystack
-//! `GET /transaction/verify/{reference}`, Flutterwave `GET /v3/transactions/verify_by_reference`,
-//! and the generic provider's `GET /payments/{reference}`), with configurable base URLs.
+//! HTTP implementation. *Which* path to ask and *how to read* the answer belong to the provider's
+//! adapter (`Provider::api_path`, `Provider::read_api`), the same code that reads its webhooks;
+//! this module only moves bytes, bounded: a timeout per call and a cap on the answer's size.
+
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
 
-use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
-use crate::providers::json::Fields;
+use crate::domain::ProviderId;
 
-/// What the provider says about a payment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProviderTruth {
-    /// Paid: the money it says, and the account if its metadata carries one.
-    Succeeded { money: Money, account: Option<AccountId> },
-    /// Still being processed: ask again later.
-    Processing,
-    Failed,
-    NotFound,
-}
+pub use crate::providers::ProviderTruth;
+
+/// The largest provider answer read (a verify answer is a few KB).
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+/// How long one provider call may take, connection included, unless set otherwise.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -34,16 +30,19 @@ pub enum ApiError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("{provider} did not answer within {timeout_ms} ms")]
+    Timeout { provider: ProviderId, timeout_ms: u128 },
     #[error("{provider} answered HTTP {status}")]
     Status { provider: ProviderId, status: u16 },
     #[error("{provider} answered something we cannot read: {reason}")]
     Unreadable { provider: ProviderId, reason: String },
 }
 
-/// The capability reconciliation needs from a provider.
+/// The capability reconciliation needs from a provider's API: the answer's bytes at `path`
+/// (`None` for 404).
 #[allow(async_fn_in_trait)]
 pub trait ProviderApi {
-    async fn payment_status(&self, provider: ProviderId, reference: &Reference) -> Result<ProviderTruth, ApiError>;
+    async fn fetch(&self, provider: ProviderId, path: &str) -> Result<Option<Bytes>, ApiError>;
 }
 
 /// Where and how to call one provider's API.
@@ -52,8 +51,6 @@ pub struct ApiEndpoint {
     pub provider: ProviderId,
     pub base_url: String,
     pub api_key: String,
-    /// Metadata key holding the account (as in the webhook adapters).
-    pub account_key: String,
 }
 
 impl std::fmt::Debug for ApiEndpoint {
@@ -69,6 +66,7 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 pub struct HttpProviderApi {
     client: Client<Https, Empty<Bytes>>,
     endpoints: Vec<ApiEndpoint>,
+    timeout: Duration,
 }
 
 impl HttpProviderApi {
@@ -78,18 +76,26 @@ impl HttpProviderApi {
             .https_or_http()
             .enable_http1()
             .build();
-        Ok(HttpProviderApi { client: Client::builder(TokioExecutor::new()).build(connector), endpoints })
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(HttpProviderApi { client, endpoints, timeout: CALL_TIMEOUT })
     }
 
-    async fn get_json(&self, ep: &ApiEndpoint, path: &str) -> Result<Option<Value>, ApiError> {
+    /// The same client with another per-call timeout (tests use a short one).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn get(&self, ep: &ApiEndpoint, path: &str) -> Result<Option<Bytes>, ApiError> {
         let provider = ep.provider;
+        let transport = |e: Box<dyn std::error::Error + Send + Sync>| ApiError::Transport { provider, source: e };
         let url = format!("{}{path}", ep.base_url.trim_end_matches('/'));
         let req = http::Request::get(&url)
             .header("authorization", format!("Bearer {}", ep.api_key))
             .header("accept", "application/json")
             .body(Empty::new())
-            .map_err(|e| ApiError::Transport { provider, source: Box::new(e) })?;
-        let res = self.client.request(req).await.map_err(|e| ApiError::Transport { provider, source: Box::new(e) })?;
+            .map_err(|e| transport(Box::new(e)))?;
+        let res = self.client.request(req).await.map_err(|e| transport(Box::new(e)))?;
         let status = res.status().as_u16();
         if status == 404 {
             return Ok(None);
@@ -97,99 +103,17 @@ impl HttpProviderApi {
         if !(200..300).contains(&status) {
             return Err(ApiError::Status { provider, status });
         }
-        let body = res.into_body().collect().await.map_err(|e| ApiError::Transport { provider, source: Box::new(e) })?;
-        serde_json::from_slice(&body.to_bytes())
-            .map(Some)
-            .map_err(|e| ApiError::Unreadable { provider, reason: e.to_string() })
+        // A provider (or something in front of it) answering megabytes is refused, not buffered.
+        let body = Limited::new(res.into_body(), MAX_ANSWER_BYTES).collect().await.map_err(transport)?;
+        Ok(Some(body.to_bytes()))
     }
 }
 
 impl ProviderApi for HttpProviderApi {
-    async fn payment_status(&self, provider: ProviderId, reference: &Reference) -> Result<ProviderTruth, ApiError> {
+    async fn fetch(&self, provider: ProviderId, path: &str) -> Result<Option<Bytes>, ApiError> {
         let ep = self.endpoints.iter().find(|e| e.provider == provider).ok_or(ApiError::NotConfigured(provider))?;
-        let path = match provider {
-            ProviderId::Stripe => format!("/v1/payment_intents/{reference}"),
-            ProviderId::Paystack => format!("/transaction/verify/{reference}"),
-            ProviderId::Flutterwave => format!("/v3/transactions/verify_by_reference?tx_ref={reference}"),
-            ProviderId::Generic => format!("/payments/{reference}"),
-        };
-        match self.get_json(ep, &path).await? {
-            None => Ok(ProviderTruth::NotFound),
-            Some(body) => interpret(provider, &body, &ep.account_key)
-                .map_err(|reason| ApiError::Unreadable { provider, reason }),
-        }
-    }
-}
-
-/// Maps each provider's answer to a [`ProviderTruth`]. Pure, so every shape is unit-tested.
-pub fn interpret(provider: ProviderId, body: &Value, account_key: &str) -> Result<ProviderTruth, String> {
-    let f = Fields::new(body);
-    let text = |p: &str| f.opt_str(p).map_err(|e| e.to_string()).map(|s| s.unwrap_or_default().to_owned());
-    let account = |p: &str| f.opt_account(p).map_err(|e| e.to_string());
-    let minor = |amount: &str, currency: &str| -> Result<Money, String> {
-        let c = Currency::parse(&text(currency)?.to_uppercase()).map_err(|e| e.to_string())?;
-        Money::new(f.int(amount).map_err(|e| e.to_string())?, c).map_err(|e| e.to_string())
-    };
-    let (status, paid) = match provider {
-        ProviderId::Stripe => (text("status")?, "succeeded"),
-        ProviderId::Paystack => (text("data.status")?, "success"),
-        ProviderId::Flutterwave => (text("data.status")?, "successful"),
-        ProviderId::Generic => (text("status")?, "succeeded"),
-    };
-    if status != paid {
-        return Ok(match status.as_str() {
-            "failed" | "canceled" | "abandoned" | "reversed" => ProviderTruth::Failed,
-            _ => ProviderTruth::Processing,
-        });
-    }
-    Ok(match provider {
-        ProviderId::Stripe => ProviderTruth::Succeeded {
-            money: minor("amount", "currency")?,
-            account: account(&format!("metadata.{account_key}"))?,
-        },
-        ProviderId::Paystack => ProviderTruth::Succeeded {
-            money: minor("data.amount", "data.currency")?,
-            account: account(&format!("data.metadata.{account_key}"))?,
-        },
-        ProviderId::Flutterwave => {
-            let currency = Currency::parse(&text("data.currency")?.to_uppercase()).map_err(|e| e.to_string())?;
-            let amount = match f.get("data.amount") {
-                Some(Value::Number(n)) => n.to_string(),
-                Some(Value::String(s)) => s.clone(),
-                _ => return Err("data.amount is required".into()),
-            };
-            ProviderTruth::Succeeded {
-                money: Money::from_major_decimal(&amount, currency).map_err(|e| e.to_string())?,
-                account: account(&format!("data.meta.{account_key}"))?,
-            }
-        }
-        ProviderId::Generic => ProviderTruth::Succeeded { money: minor("amount", "currency")?, account: account("account")? },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn ngn(minor: i64) -> Money {
-        Money::new(minor, Currency::parse("NGN").unwrap()).unwrap()
-    }
-
-    #[test]
-    fn reads_each_providers_answer() {
-        let acct = Some(AccountId::parse("wallet_42").unwrap());
-        let stripe = json!({"id": "pi_1", "status": "succeeded", "amount": 125000, "currency": "ngn", "metadata": {"account": "wallet_42"}});
-        assert_eq!(interpret(ProviderId::Stripe, &stripe, "account"), Ok(ProviderTruth::Succeeded { money: ngn(125_000), account: acct.clone() }));
-        let paystack = json!({"status": true, "data": {"status": "success", "amount": 125000, "currency": "NGN", "metadata": {"account": "wallet_42"}}});
-        assert_eq!(interpret(ProviderId::Paystack, &paystack, "account"), Ok(ProviderTruth::Succeeded { money: ngn(125_000), account: acct.clone() }));
-        let flw = json!({"status": "success", "data": {"status": "successful", "amount": 1250.5, "currency": "NGN", "meta": {"account": "wallet_42"}}});
-        assert_eq!(interpret(ProviderId::Flutterwave, &flw, "account"), Ok(ProviderTruth::Succeeded { money: ngn(125_050), account: acct }));
-        let pending = json!({"status": "processing"});
-        assert_eq!(interpret(ProviderId::Stripe, &pending, "account"), Ok(ProviderTruth::Processing));
-        let failed = json!({"data": {"status": "failed"}});
-        assert_eq!(interpret(ProviderId::Paystack, &failed, "account"), Ok(ProviderTruth::Failed));
-        let bad = json!({"status": "succeeded", "amount": 1.5, "currency": "NGN"});
-        assert!(interpret(ProviderId::Generic, &bad, "account").is_err());
+        tokio::time::timeout(self.timeout, self.get(ep, path))
+            .await
+            .map_err(|_| ApiError::Timeout { provider, timeout_ms: self.timeout.as_millis() })?
     }
 }

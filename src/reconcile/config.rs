@@ -22,18 +22,19 @@ pub fn endpoints(get: &impl Fn(&str) -> Option<String>) -> Vec<ApiEndpoint> {
             let var = |suffix: &str| get(&format!("PAYHOOK_{}_{suffix}", upper(p))).filter(|v| !v.trim().is_empty());
             let api_key = var("API_KEY")?;
             let base_url = var("API_URL").or_else(|| default_base(p).map(str::to_owned))?;
-            let account_key = var("ACCOUNT_KEY").unwrap_or_else(|| "account".to_owned());
-            Some(ApiEndpoint { provider: p, base_url, api_key, account_key })
+            Some(ApiEndpoint { provider: p, base_url, api_key })
         })
         .collect()
 }
 
 pub fn settings(get: &impl Fn(&str) -> Option<String>, lease_ms: i64) -> ReconcileSettings {
-    let pending_after_s = get("PAYHOOK_RECONCILE_PENDING_AFTER_S").and_then(|v| v.trim().parse::<i64>().ok()).filter(|v| *v > 0);
+    let seconds = |name: &str| get(name).and_then(|v| v.trim().parse::<i64>().ok()).filter(|v| *v > 0);
+    let defaults = ReconcileSettings::default();
     ReconcileSettings {
-        pending_after_ms: pending_after_s.map_or(ReconcileSettings::default().pending_after_ms, |s| s * 1_000),
+        pending_after_ms: seconds("PAYHOOK_RECONCILE_PENDING_AFTER_S").map_or(defaults.pending_after_ms, |s| s * 1_000),
+        give_up_after_ms: seconds("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S").map_or(defaults.give_up_after_ms, |s| s * 1_000),
         lease_ms,
-        ..ReconcileSettings::default()
+        ..defaults
     }
 }
 

@@ -62,8 +62,13 @@ pub struct Ops {
     pub settings: ReconcileSettings,
 }
 
-/// Handles one invocation; `request_id` names who started a replay.
-pub async fn handle(ops: &Ops, payload: Value, request_id: &str) -> Result<Value, String> {
+/// Milliseconds kept free before the invocation's deadline: the pass stops starting work this
+/// long before it, so its report is written and returned.
+const DEADLINE_MARGIN_MS: i64 = 5_000;
+
+/// Handles one invocation; `request_id` names who started a replay. `deadline_ms` (epoch ms,
+/// inside Lambda) bounds a reconciliation pass.
+pub async fn handle(ops: &Ops, payload: Value, request_id: &str, deadline_ms: Option<i64>) -> Result<Value, String> {
     if payload.get("action").and_then(Value::as_str) == Some("replay") {
         let req: ReplayRequest = serde_json::from_value(payload).map_err(|e| format!("bad replay request: {e}"))?;
         let opts = ReplayOptions {
@@ -80,7 +85,11 @@ pub async fn handle(ops: &Ops, payload: Value, request_id: &str) -> Result<Value
         return serde_json::to_value(summary).map_err(|e| e.to_string());
     }
     // Anything else (the EventBridge schedule) runs one reconciliation pass.
-    let reconciler = Reconciler { pipeline: &ops.pipeline, providers: &ops.providers, api: &ops.api, settings: ops.settings };
+    let mut settings = ops.settings;
+    if let Some(deadline) = deadline_ms {
+        settings.budget_ms = settings.budget_ms.min(deadline - crate::domain::now_ms() - DEADLINE_MARGIN_MS).max(0);
+    }
+    let reconciler = Reconciler { pipeline: &ops.pipeline, providers: &ops.providers, api: &ops.api, settings };
     let report = reconciler.run().await.map_err(|e| e.to_string())?;
     emit_report_metrics(&report);
     serde_json::to_value(report).map_err(|e| e.to_string())
@@ -98,13 +107,19 @@ fn emit_report_metrics(report: &super::Report) {
                 "Metrics": [
                     {"Name": "ReconcileCompleted", "Unit": "Count"},
                     {"Name": "ReconcileStillUnknown", "Unit": "Count"},
-                    {"Name": "ReconcileNeedsHuman", "Unit": "Count"}
+                    {"Name": "ReconcileNeedsHuman", "Unit": "Count"},
+                    {"Name": "ReconcileWaiting", "Unit": "Count"},
+                    {"Name": "ReconcileAbandoned", "Unit": "Count"},
+                    {"Name": "ReconcileDeferred", "Unit": "Count"}
                 ]
             }]
         },
         "ReconcileCompleted": report.completed.len(),
         "ReconcileStillUnknown": report.still_unknown.len(),
         "ReconcileNeedsHuman": report.needs_human.len(),
+        "ReconcileWaiting": report.waiting.len(),
+        "ReconcileAbandoned": report.abandoned.len(),
+        "ReconcileDeferred": report.deferred.len(),
     });
     println!("{line}");
 }

@@ -1,59 +1,107 @@
 //! The reconciliation backstop. Idempotency prevents double application; this finds what we
 //! never finished or never heard, and applies it through the same pipeline with the same keys,
-//! so it can never double-apply what a webhook also applies:
+//! so it can never double-apply what a webhook also applies. One pass, within a time budget:
 //!
 //! 1. claims stuck IN_PROGRESS past their lease (an invocation died): resumed from the facts the
 //!    claim stores; each step is idempotent by the key, so resuming finishes, never repeats;
-//! 2. payments PENDING/PROCESSING for longer than a threshold: the provider's API is asked, and
-//!    a success or failure it reports is applied as an event;
-//! 3. deliveries whose processing failed (store unavailable): re-driven from the stored body.
+//! 2. deliveries whose processing failed (store unavailable): re-driven from the stored body,
+//!    oldest first from a cursor kept between passes, each marked with its re-drive's outcome so
+//!    no pass repeats finished work;
+//! 3. refunds parked because their payment was not PAID yet: re-driven once the payment is PAID
+//!    (marked like 2); the ones still waiting are reported;
+//! 4. payments PENDING/PROCESSING for longer than a threshold: the provider's API is asked (a
+//!    timeout per call, a few at a time), and its answer is read by the provider's adapter, the
+//!    same code as its webhooks. A success is applied; only a status the provider documents as
+//!    final fails a payment; one still not final after `give_up_after_ms` is no longer asked
+//!    about (reported `abandoned`; its webhook can still pay it).
+//!
+//! Steps 1–3 touch only the store, so they run first: a slow provider can only cut step 4 short,
+//! and a step cut short by the budget resumes on the next pass.
 
 pub mod api;
 pub mod config;
 pub mod invoke;
 
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, PaymentStatus,
-    ProviderId, StateFacts,
+    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId, StateFacts,
 };
-use crate::eventlog::{LogFilter, Outcome};
-use crate::ledger::PaymentRecord;
+use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
+use crate::ledger::{PaymentRecord, Payments};
 use crate::pipeline::{Answer, Delivered, Pipeline};
 use crate::providers::Providers;
-use crate::replay::{redrive, RESUME_EVENT_TYPE};
+use crate::replay::{event_of, redrive, ReplayError, RESUME_EVENT_TYPE};
 use crate::store::dynamodb::DynamoStore;
 use crate::store::StoreError;
 
 pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth};
+
+/// The cursor of step 2, stored with the log.
+pub const FAILED_CURSOR: &str = "reconcile.failed_deliveries";
 
 /// Thresholds of one pass.
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcileSettings {
     /// A PENDING/PROCESSING payment untouched this long is asked about.
     pub pending_after_ms: i64,
-    /// How far back failed deliveries are re-driven.
+    /// Where the failed-delivery cursor starts when none is stored yet.
     pub failed_window_ms: i64,
+    /// How far back parked refunds are looked for (the claim retention: older ones are gone).
+    pub parked_window_ms: i64,
+    /// A payment the provider still calls not final after this long is no longer asked about.
+    pub give_up_after_ms: i64,
     /// Lease of the claims this pass takes.
     pub lease_ms: i64,
-    /// At most this many items of each kind per pass (a scheduled Lambda has a deadline).
+    /// At most this many items of each kind per pass.
     pub max_items: usize,
+    /// Provider calls in flight at once.
+    pub concurrency: usize,
+    /// How long one provider call may take (the HTTP client's timeout is built from it).
+    pub call_timeout_ms: i64,
+    /// Wall time of a pass (inside Lambda: the invocation's deadline less a margin).
+    pub budget_ms: i64,
 }
 
 impl Default for ReconcileSettings {
     fn default() -> Self {
-        ReconcileSettings { pending_after_ms: 15 * 60_000, failed_window_ms: 24 * 3_600_000, lease_ms: 30_000, max_items: 500 }
+        ReconcileSettings {
+            pending_after_ms: 15 * 60_000,
+            failed_window_ms: 24 * 3_600_000,
+            parked_window_ms: 30 * 86_400_000,
+            give_up_after_ms: 72 * 3_600_000,
+            lease_ms: 30_000,
+            max_items: 500,
+            concurrency: 8,
+            call_timeout_ms: 5_000,
+            budget_ms: 60_000,
+        }
     }
 }
 
-/// One thing the pass looked at.
+/// One thing the pass looked at. `needs_human` findings say why, what the provider answered,
+/// and the command that resolves it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub kind: &'static str,
     pub provider: ProviderId,
     pub subject: String,
     pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_answer: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<String>,
+}
+
+impl Finding {
+    fn new(kind: &'static str, provider: ProviderId, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { kind, provider, subject: subject.into(), detail: detail.into(), reason: None, provider_answer: None, resolve: None }
+    }
 }
 
 /// What a pass found and did.
@@ -62,22 +110,41 @@ pub struct Report {
     pub completed: Vec<Finding>,
     pub still_unknown: Vec<Finding>,
     pub needs_human: Vec<Finding>,
+    /// Parked refunds whose payment is not PAID yet.
+    pub waiting: Vec<Finding>,
+    /// Payments no longer asked about: still not final past the give-up horizon.
+    pub abandoned: Vec<Finding>,
+    /// Steps the budget cut short; the next pass resumes them.
+    pub deferred: Vec<&'static str>,
 }
 
 impl Report {
-    fn file(&mut self, answer: Result<Answer, String>, f: Finding) {
-        let mut f = f;
+    /// Files a pipeline answer: 2xx done, 422 a human, anything else (409, 5xx) not yet known.
+    fn file(&mut self, answer: Result<Answer, String>, mut f: Finding) {
         match answer {
+            Ok(a) if a.outcome == Outcome::Unassigned => {
+                f.detail = format!("unassigned: {}", f.detail);
+                f.reason = Some("paid, but no account is known for it".into());
+                f.resolve = Some(format!(
+                    "payhook payments expect --provider {} --reference {} --account <ACCOUNT> … && payhook replay --outcome unassigned",
+                    f.provider, f.subject
+                ));
+                self.needs_human.push(f);
+            }
             Ok(a) if a.status == 200 => {
                 f.detail = format!("{}: {}", a.outcome, f.detail);
                 self.completed.push(f);
             }
             Ok(a) if a.status == 422 => {
-                f.detail = format!("{}: {}", a.outcome, a.body);
+                f.detail = format!("{}: {}", a.outcome, f.detail);
+                f.reason = serde_json::from_str::<serde_json::Value>(&a.body)
+                    .ok()
+                    .and_then(|b| b.get("message").and_then(|m| m.as_str()).map(str::to_owned));
+                f.resolve.get_or_insert_with(|| format!("payhook payments show --provider {} --reference {}", f.provider, f.subject));
                 self.needs_human.push(f);
             }
             Ok(a) => {
-                f.detail = format!("{} {}", a.status, a.outcome);
+                f.detail = format!("{} {}: {}", a.status, a.outcome, f.detail);
                 self.still_unknown.push(f);
             }
             Err(e) => {
@@ -96,12 +163,30 @@ pub struct Reconciler<'a, A> {
     pub settings: ReconcileSettings,
 }
 
+/// When the pass must stop starting work.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    stop_at: Instant,
+}
+
+impl Budget {
+    fn spent(&self) -> bool {
+        Instant::now() >= self.stop_at
+    }
+}
+
 impl<A: ProviderApi> Reconciler<'_, A> {
     pub async fn run(&self) -> Result<Report, StoreError> {
+        let budget_ms = u64::try_from(self.settings.budget_ms.max(0)).unwrap_or(0);
+        // No new provider call starts later than one call's timeout before the end.
+        let call_ms = u64::try_from(self.settings.call_timeout_ms.max(0)).unwrap_or(0);
+        let stop_at = Instant::now() + Duration::from_millis(budget_ms.saturating_sub(call_ms));
+        let budget = Budget { stop_at };
         let mut report = Report::default();
-        self.resume_stuck_claims(&mut report).await?;
-        self.ask_about_open_payments(&mut report).await?;
-        self.redrive_failed_deliveries(&mut report).await?;
+        self.resume_stuck_claims(&mut report, budget).await?;
+        self.redrive_failed_deliveries(&mut report, budget).await?;
+        self.redrive_parked_refunds(&mut report, budget).await?;
+        self.ask_about_open_payments(&mut report, budget).await?;
         Ok(report)
     }
 
@@ -117,73 +202,238 @@ impl<A: ProviderApi> Reconciler<'_, A> {
         self.pipeline.process(delivered).await.map_err(|e| e.to_string())
     }
 
-    async fn resume_stuck_claims(&self, report: &mut Report) -> Result<(), StoreError> {
+    async fn resume_stuck_claims(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         for claim in store.stuck_claims(now_ms(), self.settings.max_items).await? {
+            if budget.spent() {
+                report.deferred.push("stuck_claims");
+                break;
+            }
             let provider = provider_of(&claim.key);
-            let finding = |detail: String| Finding { kind: "stuck_claim", provider: provider.unwrap_or(ProviderId::Generic), subject: claim.key.to_string(), detail };
+            let finding = |detail: &str| Finding::new("stuck_claim", provider.unwrap_or(ProviderId::Generic), claim.key.to_string(), detail);
             let (Some(provider), Ok(kind)) = (provider, ClaimedFacts::parse_kind(&claim.fingerprint)) else {
-                report.needs_human.push(finding("claim facts unreadable".into()));
+                report.needs_human.push(finding("claim facts unreadable"));
                 continue;
             };
             let event = NormalisedEvent { provider, event_id: format!("resume:{}", claim.key), event_type: RESUME_EVENT_TYPE.into(), kind, transaction_id: None };
             let answer = self.process(&event, &claim.fingerprint).await;
-            report.file(answer, finding("resumed".into()));
+            report.file(answer, finding("resumed"));
         }
         Ok(())
     }
 
-    async fn ask_about_open_payments(&self, report: &mut Report) -> Result<(), StoreError> {
+    /// Failed deliveries, oldest first from the stored cursor. A re-drive the store could not
+    /// finish stops the step there (the next pass resumes from it); any answer marks the
+    /// delivery and moves the cursor past it.
+    async fn redrive_failed_deliveries(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+        let store = self.pipeline.store();
+        let start = format!("{:013}", (now_ms() - self.settings.failed_window_ms).max(0));
+        let mut after = store.cursor(FAILED_CURSOR).await?.unwrap_or(start);
+        let filter = LogFilter { outcome: Some(Outcome::Failed), ..LogFilter::default() };
+        let mut handled = 0;
+        'pages: loop {
+            let page = store.query_oldest_first(&filter, 100, &after).await?;
+            if page.is_empty() {
+                break;
+            }
+            for d in page {
+                if budget.spent() || handled >= self.settings.max_items {
+                    report.deferred.push("failed_deliveries");
+                    break 'pages;
+                }
+                if d.replay_of.is_none() && d.redriven.is_none() {
+                    handled += 1;
+                    let finding = Finding::new("failed_delivery", d.provider, d.id.clone(), d.event_id.clone());
+                    match redrive(self.pipeline, self.providers, &d, "reconcile", self.settings.lease_ms).await {
+                        Ok(answer) => {
+                            store.mark_redriven(&d, answer.outcome).await?;
+                            report.file(Ok(answer), finding);
+                        }
+                        // The store is still failing: stop here, the next pass resumes.
+                        Err(ReplayError::Pipeline(e)) => {
+                            report.file(Err(e.to_string()), finding);
+                            break 'pages;
+                        }
+                        Err(e) => {
+                            store.mark_redriven(&d, Outcome::Failed).await?;
+                            let mut f = finding;
+                            f.reason = Some(e.to_string());
+                            f.resolve = Some(format!("payhook events --event-id {} --format json", d.event_id));
+                            report.needs_human.push(f);
+                        }
+                    }
+                }
+                after = d.id.clone();
+                store.save_cursor(FAILED_CURSOR, &after).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Parked refunds (their payment was not PAID when they came): one re-drive per key once the
+    /// payment is PAID, which marks every parked delivery of that key.
+    async fn redrive_parked_refunds(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+        let store = self.pipeline.store();
+        let filter = LogFilter { outcome: Some(Outcome::Parked), since_ms: Some(now_ms() - self.settings.parked_window_ms), ..LogFilter::default() };
+        let mut parked: Vec<Delivery> = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = store.query(&filter, 200, cursor.as_deref()).await?;
+            parked.extend(page.deliveries.into_iter().filter(|d| d.redriven.is_none()));
+            cursor = page.next;
+            if cursor.is_none() || parked.len() >= self.settings.max_items {
+                break;
+            }
+        }
+        // Oldest first, grouped by key: the newest delivery of a key is the one re-driven.
+        parked.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut keys: Vec<(IdempotencyKey, Vec<Delivery>)> = Vec::new();
+        for d in parked {
+            let Some(key) = d.key.clone() else { continue };
+            match keys.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, ds)) => ds.push(d),
+                None => keys.push((key, vec![d])),
+            }
+        }
+        for (key, deliveries) in keys {
+            if budget.spent() {
+                report.deferred.push("parked_refunds");
+                break;
+            }
+            let Some(newest) = deliveries.last() else { continue };
+            let finding = Finding::new("parked_refund", newest.provider, key.to_string(), newest.event_id.clone());
+            let paid = match (newest.reference.as_ref(), event_of(self.providers, newest)) {
+                (Some(r), Ok(_)) => store.payment(newest.provider, r).await?.is_some_and(|p| p.status.is_paid()),
+                _ => false,
+            };
+            if !paid {
+                report.waiting.push(finding);
+                continue;
+            }
+            match redrive(self.pipeline, self.providers, newest, "reconcile", self.settings.lease_ms).await {
+                Ok(answer) => {
+                    for d in &deliveries {
+                        store.mark_redriven(d, answer.outcome).await?;
+                    }
+                    report.file(Ok(answer), finding);
+                }
+                Err(e) => report.file(Err(e.to_string()), finding),
+            }
+        }
+        Ok(())
+    }
+
+    async fn ask_about_open_payments(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         let before = now_ms() - self.settings.pending_after_ms;
+        let mut open = Vec::new();
         for status in [PaymentStatus::Pending, PaymentStatus::Processing] {
-            for payment in store.open_payments(status, before, self.settings.max_items).await? {
-                self.settle_payment(&payment, report).await;
+            open.extend(store.open_payments(status, before, self.settings.max_items).await?);
+        }
+        let results: Vec<Option<(Result<Answer, String>, Finding, Bucket)>> = futures::stream::iter(open.iter())
+            .map(|p| async move {
+                if budget.spent() {
+                    return None;
+                }
+                Some(self.settle_payment(p).await)
+            })
+            .buffer_unordered(self.settings.concurrency.max(1))
+            .collect()
+            .await;
+        if results.iter().any(Option::is_none) {
+            report.deferred.push("open_payments");
+        }
+        for (answer, finding, bucket) in results.into_iter().flatten() {
+            match bucket {
+                Bucket::Pipeline => report.file(answer, finding),
+                Bucket::StillUnknown => report.still_unknown.push(finding),
+                Bucket::Abandoned => report.abandoned.push(finding),
+                Bucket::NeedsHuman => report.needs_human.push(finding),
             }
         }
         Ok(())
     }
 
-    async fn settle_payment(&self, p: &PaymentRecord, report: &mut Report) {
-        let finding = |detail: String| Finding { kind: "open_payment", provider: p.provider, subject: p.reference.to_string(), detail };
-        let truth = match self.api.payment_status(p.provider, &p.reference).await {
-            Ok(t) => t,
-            Err(e) => return report.still_unknown.push(finding(format!("provider API: {e}"))),
+    /// Asks the provider about one payment and acts on its answer.
+    async fn settle_payment(&self, p: &PaymentRecord) -> (Result<Answer, String>, Finding, Bucket) {
+        let mut finding = Finding::new("open_payment", p.provider, p.reference.to_string(), "provider API");
+        let not_yet = |f: Finding| (Err(String::new()), f, Bucket::StillUnknown);
+        let Some(adapter) = self.providers.get(p.provider) else {
+            finding.detail = "provider not configured here".into();
+            return not_yet(finding);
         };
-        let kind = match truth {
-            // No account from the provider: the payment's own (or the default); with neither the
-            // pipeline answers `unassigned` and the report files it under needs_human.
-            ProviderTruth::Succeeded { money, account } => EventKind::PaymentSucceeded(PaymentFacts {
-                reference: p.reference.clone(),
-                account: account.or_else(|| p.account.clone()),
-                money,
-            }),
-            ProviderTruth::Failed => EventKind::PaymentState {
-                facts: StateFacts { reference: p.reference.clone(), account: None, money: None },
-                to: PaymentStatus::Failed,
-            },
-            ProviderTruth::Processing | ProviderTruth::NotFound => {
-                return report.still_unknown.push(finding(format!("provider says {truth:?}")));
+        let body = match self.api.fetch(p.provider, &adapter.api_path(&p.reference)).await {
+            Ok(Some(body)) => body,
+            Ok(None) => return self.not_final(p, finding, "not found").await,
+            Err(e) => {
+                finding.detail = format!("provider API: {e}");
+                return not_yet(finding);
             }
+        };
+        let truth = match adapter.read_api(&p.reference, &body) {
+            Ok(t) => t,
+            Err(e) => {
+                finding.reason = Some(format!("the provider's answer does not map: {e}"));
+                finding.provider_answer = serde_json::from_slice(&body).ok();
+                return (Err(String::new()), finding, Bucket::NeedsHuman);
+            }
+        };
+        let kind = match &truth {
+            ProviderTruth::Succeeded(facts) => {
+                let mut facts = facts.clone();
+                facts.account = facts.account.or_else(|| p.account.clone());
+                finding.provider_answer = Some(serde_json::json!({
+                    "status": "succeeded", "amount": facts.money.amount.get(), "currency": facts.money.currency,
+                }));
+                EventKind::PaymentSucceeded(facts)
+            }
+            ProviderTruth::Failed { status } => {
+                finding.provider_answer = Some(serde_json::json!({ "status": status }));
+                EventKind::PaymentState {
+                    facts: StateFacts { reference: p.reference.clone(), account: None, money: None },
+                    to: PaymentStatus::Failed,
+                }
+            }
+            ProviderTruth::NotFinal { status } => return self.not_final(p, finding, status).await,
+            ProviderTruth::NotFound => return self.not_final(p, finding, "not found").await,
         };
         let event = NormalisedEvent { provider: p.provider, event_id: format!("reconcile:{}", p.reference), event_type: "reconcile.provider_api".into(), kind, transaction_id: None };
         let body = serde_json::json!({ "reconciled": p.reference.as_str(), "provider": p.provider }).to_string();
         let answer = self.process(&event, &body).await;
-        report.file(answer, finding("provider API".into()));
+        (answer, finding, Bucket::Pipeline)
     }
 
-    async fn redrive_failed_deliveries(&self, report: &mut Report) -> Result<(), StoreError> {
-        use crate::eventlog::EventLog;
-        let store = self.pipeline.store();
-        let filter = LogFilter { outcome: Some(Outcome::Failed), since_ms: Some(now_ms() - self.settings.failed_window_ms), ..LogFilter::default() };
-        let page = store.query(&filter, self.settings.max_items, None).await?;
-        for d in page.deliveries.iter().filter(|d| d.replay_of.is_none()) {
-            let finding = |detail: String| Finding { kind: "failed_delivery", provider: d.provider, subject: d.id.clone(), detail };
-            let answer = redrive(self.pipeline, self.providers, d, "reconcile", self.settings.lease_ms).await.map_err(|e| e.to_string());
-            report.file(answer, finding(d.event_id.clone()));
+    /// The provider has no final word yet: ask again next pass, unless the payment has been
+    /// open past the give-up horizon, in which case it leaves the open index (its webhook can
+    /// still pay it).
+    async fn not_final(&self, p: &PaymentRecord, mut finding: Finding, status: &str) -> (Result<Answer, String>, Finding, Bucket) {
+        finding.provider_answer = Some(serde_json::json!({ "status": status }));
+        let age_ms = now_ms() - p.created_at_ms;
+        if age_ms < self.settings.give_up_after_ms {
+            finding.detail = format!("provider says {status}");
+            return (Err(String::new()), finding, Bucket::StillUnknown);
         }
-        Ok(())
+        let note = format!("reconciliation stopped asking: provider says {status} after {} h", age_ms / 3_600_000);
+        match self.pipeline.store().stop_asking(p.provider, &p.reference, p.status, &note).await {
+            Ok(_) => {
+                finding.detail = note;
+                (Err(String::new()), finding, Bucket::Abandoned)
+            }
+            Err(e) => {
+                finding.detail = format!("could not stop asking: {e}");
+                (Err(String::new()), finding, Bucket::StillUnknown)
+            }
+        }
     }
+}
+
+/// Where a provider-API finding goes when it did not reach the pipeline.
+#[derive(Debug, Clone, Copy)]
+enum Bucket {
+    Pipeline,
+    StillUnknown,
+    Abandoned,
+    NeedsHuman,
 }
 
 /// The provider named by a key's first component.

@@ -6,6 +6,8 @@
 //! (`{outcome}#{day}`), so time-range and outcome queries read one day's partition at a time
 //! instead of scanning the table.
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
@@ -38,7 +40,14 @@ fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
         raw_body: r.str("raw_body")?.to_owned(),
         replay_of: r.opt_str("replay_of").map(str::to_owned),
         started_by: r.opt_str("started_by").map(str::to_owned),
+        redriven: r.opt_str("redriven").map(|o| Outcome::parse(o).ok_or_else(|| r.corrupt("redriven"))).transpose()?,
     })
+}
+
+/// The item that holds a named cursor. Its `pk` starts with `cursor#`, which no delivery
+/// partition does (`ref#…`, `evt#…`).
+fn cursor_key(name: &str) -> (AttributeValue, AttributeValue) {
+    (s(format!("cursor#{name}")), s("cursor"))
 }
 
 fn matches(d: &Delivery, f: &LogFilter) -> bool {
@@ -66,6 +75,20 @@ impl DynamoStore {
         want: usize,
         filter: &LogFilter,
     ) -> Result<Vec<Delivery>, StoreError> {
+        self.read_partition_in(p, (lower, upper), want, filter, false).await
+    }
+
+    /// Reads `partition` between `bounds` (both exclusive of a cursor: ids equal to either bound
+    /// are skipped), newest first or (`forward`) oldest first.
+    async fn read_partition_in(
+        &self,
+        p: &Partition,
+        bounds: (&str, &str),
+        want: usize,
+        filter: &LogFilter,
+        forward: bool,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let (lower, upper) = bounds;
         let table = &self.tables.events;
         let mut found = Vec::new();
         let mut start = None;
@@ -80,7 +103,7 @@ impl DynamoStore {
                 .expression_attribute_values(":h", s(p.hash.as_str()))
                 .expression_attribute_values(":lo", s(lower))
                 .expression_attribute_values(":hi", s(upper))
-                .scan_index_forward(false)
+                .scan_index_forward(forward)
                 .limit(i32::try_from(want.clamp(1, 500)).unwrap_or(500))
                 .set_exclusive_start_key(start.take())
                 .send()
@@ -88,8 +111,9 @@ impl DynamoStore {
                 .map_err(|e| unavailable("Query", table, e))?;
             for item in out.items() {
                 let d = to_delivery(item, table)?;
-                // BETWEEN is inclusive; the upper bound (a cursor) must be exclusive.
-                if d.id.as_str() < upper && matches(&d, filter) {
+                // BETWEEN is inclusive; a cursor bound must be exclusive.
+                let inside = if forward { d.id.as_str() > lower } else { d.id.as_str() < upper };
+                if inside && matches(&d, filter) {
                     found.push(d);
                 }
             }
@@ -200,4 +224,88 @@ impl EventLog for DynamoStore {
         let next = if more { found.last().map(|d| d.id.clone()) } else { None };
         Ok(LogPage { deliveries: found, next })
     }
+
+    async fn query_oldest_first(&self, filter: &LogFilter, limit: usize, after: &str) -> Result<Vec<Delivery>, StoreError> {
+        let limit = limit.max(1);
+        let since = format!("{:013}", filter.since_ms.unwrap_or(0));
+        let lower = if after > since.as_str() { after.to_owned() } else { since };
+        let upper = filter.until_ms.map_or_else(|| TOP.to_owned(), |u| format!("{u:013}"));
+        let (mut parts, ordered) = self.plan(&LogFilter { since_ms: id_ms(&lower).or(filter.since_ms), ..filter.clone() });
+        // Day buckets come newest first: walk them oldest first.
+        parts.reverse();
+        let mut found = Vec::new();
+        for p in &parts {
+            found.extend(self.read_partition_in(p, (&lower, &upper), limit, filter, true).await?);
+            if ordered && found.len() >= limit {
+                break;
+            }
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn mark_redriven(&self, d: &Delivery, outcome: Outcome) -> Result<(), StoreError> {
+        let table = &self.tables.events;
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(partition_of(d)))
+            .key("sk", s(d.id.as_str()))
+            .update_expression("SET redriven = :o, redriven_at_ms = :now")
+            .condition_expression("attribute_exists(sk) AND attribute_not_exists(redriven)")
+            .expression_attribute_values(":o", s(outcome.as_str()))
+            .expression_attribute_values(":now", n(now_ms()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // Marked already (a concurrent pass), or expired from the log: nothing to do.
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
+        }
+    }
+
+    async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let table = &self.tables.events;
+        let (pk, sk) = cursor_key(name);
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", pk)
+            .key("sk", sk)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        Ok(out.item.and_then(|i| Reader::new(&i, table).opt_str("after").map(str::to_owned)))
+    }
+
+    async fn save_cursor(&self, name: &str, to: &str) -> Result<(), StoreError> {
+        let table = &self.tables.events;
+        let (pk, sk) = cursor_key(name);
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", pk)
+            .key("sk", sk)
+            .update_expression("SET #after = :to")
+            // Forward only: two overlapping passes never move it back.
+            .condition_expression("attribute_not_exists(#after) OR #after < :to")
+            .expression_attribute_names("#after", "after")
+            .expression_attribute_values(":to", s(to))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
+        }
+    }
+}
+
+/// The epoch ms a delivery id (or cursor) starts with.
+fn id_ms(id: &str) -> Option<i64> {
+    id.get(..13).and_then(|t| t.parse().ok())
 }

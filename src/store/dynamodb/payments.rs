@@ -507,6 +507,28 @@ impl Payments for DynamoStore {
         Reader::new(&old, table).parsed("reference", Reference::parse)
     }
 
+    async fn stop_asking(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        status: PaymentStatus,
+        note: &str,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let update = self
+            .payment_update(provider, reference, now)
+            .update_expression(
+                "SET updated_at_ms = :now, reconcile_stopped_at_ms = :now, \
+                 history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
+            )
+            // Only while it is still the open payment we judged: a webhook may have paid it since.
+            .condition_expression("#status = :s AND attribute_exists(#open)")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":s", s(status.as_str()))
+            .expression_attribute_values(":h", history(status, note, now));
+        Ok(self.conditional_update(update, provider, reference).await?.is_ok())
+    }
+
     async fn payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
         self.read_payment(provider, reference).await
     }

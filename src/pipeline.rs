@@ -11,7 +11,7 @@ use crate::domain::{
 use crate::eventlog::{Delivery, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{
-    shard_of_payment, Ledger, LedgerLayout, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
+    shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
     Posting, RefundOutcome, ReversalOutcome, StateOutcome,
 };
 use crate::store::StoreError;
@@ -138,14 +138,11 @@ pub struct Pipeline<S> {
     store: S,
     /// Credited when a payment success names no account and the payment has none.
     default_account: Option<AccountId>,
-    /// The ledger layout, read once per process: only used to place a payment paid for the first
-    /// time (the placement is then recorded on the payment).
-    layout: tokio::sync::OnceCell<LedgerLayout>,
 }
 
 impl<S: Store> Pipeline<S> {
     pub fn new(store: S) -> Self {
-        Pipeline { store, default_account: None, layout: tokio::sync::OnceCell::new() }
+        Pipeline { store, default_account: None }
     }
 
     /// Credits `account` for payment successes that name none (`PAYHOOK_DEFAULT_ACCOUNT`).
@@ -315,7 +312,9 @@ impl<S: Store> Pipeline<S> {
     }
 
     async fn credit(&self, ev: &NormalisedEvent, p: &PaymentFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
-        let layout = self.layout.get_or_try_init(|| self.store.layout()).await?;
+        // Read once per process; only places a payment paid for the first time (the placement
+        // is then recorded on it).
+        let layout = self.store.placement_layout().await?;
         let new = NewCredit { shard: layout.place(key), default_account: self.default_account.as_ref() };
         let (payment, resumed) = match self.store.mark_paid(ev.provider, p, key, new).await? {
             PaidOutcome::Applied(rec) => (rec, false),
@@ -509,7 +508,7 @@ fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {
         outcome: answer.outcome,
         http_status: answer.status,
         received_at_ms: d.received_at_ms,
-        raw_body: d.raw_body.to_owned(),
+        raw_body: Some(d.raw_body.to_owned()),
         replay_of: d.replay_of.clone(),
         started_by: d.started_by.clone(),
         redriven: None,

@@ -33,10 +33,11 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
-/// Rebuilds the normalised event of a stored delivery.
+/// Rebuilds the normalised event of a stored delivery (read with its body).
 pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, ReplayError> {
+    let body = d.raw_body.as_deref().ok_or_else(|| ReplayError::Facts("the delivery was read without its body".into()))?;
     if d.event_type == RESUME_EVENT_TYPE {
-        let kind = ClaimedFacts::parse_kind(&d.raw_body).map_err(ReplayError::Facts)?;
+        let kind = ClaimedFacts::parse_kind(body).map_err(ReplayError::Facts)?;
         return Ok(NormalisedEvent {
             provider: d.provider,
             event_id: d.event_id.clone(),
@@ -46,7 +47,7 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
         });
     }
     let adapter = providers.get(d.provider).ok_or(ReplayError::ProviderNotConfigured(d.provider))?;
-    Ok(adapter.normalise(d.raw_body.as_bytes())?)
+    Ok(adapter.normalise(body.as_bytes())?)
 }
 
 /// Re-drives one stored delivery; the attempt is logged as a replay of it, by `started_by`.
@@ -57,10 +58,12 @@ pub async fn redrive(
     started_by: &str,
     lease_ms: i64,
 ) -> Result<Answer, ReplayError> {
+    let d = &pipeline.store().with_body(d).await?;
     let event = event_of(providers, d)?;
+    let body = d.raw_body.as_deref().unwrap_or_default();
     let delivered = Delivered {
         event: &event,
-        raw_body: &d.raw_body,
+        raw_body: body,
         received_at_ms: now_ms(),
         lease_ms,
         replay_of: Some(d.id.clone()),
@@ -71,7 +74,7 @@ pub async fn redrive(
 
 /// What a replay would do, read without writing anything.
 pub async fn predict(store: &DynamoStore, providers: &Providers, d: &Delivery) -> Result<String, ReplayError> {
-    let event = event_of(providers, d)?;
+    let event = event_of(providers, &store.with_body(d).await?)?;
     if let Some(key) = event.key() {
         return Ok(match store.get_claim(&key).await? {
             Some(c) if matches!(c.state, ClaimState::Done(_)) => "replay stored response (no change)".into(),

@@ -18,7 +18,7 @@ use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, IdempotencyKey, Money, Operation, PaymentStatus, ProviderId, Reference};
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
-use payhook::ledger::{ExpectedPayment, Ledger, LedgerLayout, Payments};
+use payhook::ledger::{ExpectedPayment, Ledger, Layout, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::replay::{replay, ReplayOptions};
 use payhook::store::dynamodb::DynamoStore;
@@ -121,7 +121,7 @@ fn reference_moved_by_growth(prefix: &str, want: impl Fn(u32) -> bool) -> String
         .map(|i| format!("{prefix}{i}"))
         .find(|r| {
             let k = generic_key(Operation::Payment, r);
-            let (four, eight) = (LedgerLayout { shards: 4 }.place(&k), LedgerLayout { shards: 8 }.place(&k));
+            let (four, eight) = (Layout::with_ledger_shards(4).place(&k), Layout::with_ledger_shards(8).place(&k));
             four != eight && want(eight)
         })
         .unwrap()
@@ -145,8 +145,9 @@ async fn growing_the_ledger_layout_never_moves_an_entry_a_retry_takeover_or_repl
     assert!(inv.fired() && first.status == 503, "{} {}", first.status, first.body);
 
     // WHEN the layout grows to 8 and a new deployment (its own pipeline) takes the retry over
-    assert_eq!(base.grow_layout(8).await.unwrap(), LedgerLayout { shards: 8 });
-    assert_eq!(base.grow_layout(2).await.unwrap(), LedgerLayout { shards: 8 }, "layouts never shrink");
+    assert_eq!(base.grow_layout(Layout::with_ledger_shards(8)).await.unwrap(), Layout::with_ledger_shards(8));
+    let shrink = Layout { ledger_shards: 2, index_shards: 1 };
+    assert_eq!(base.grow_layout(shrink).await.unwrap(), Layout::with_ledger_shards(8), "layouts never shrink");
     let app8 = app(base.clone(), LEASE_MS);
     let retried = settle(&app8, || signed(&body)).await;
 
@@ -154,7 +155,7 @@ async fn growing_the_ledger_layout_never_moves_an_entry_a_retry_takeover_or_repl
     assert_eq!((retried.status, retried.json()["status"].clone()), (200, json!("applied")), "{}", retried.body);
     let paid = base.payment(ProviderId::Generic, &Reference::parse(&r).unwrap()).await.unwrap().unwrap();
     let recorded = paid.ledger_shard.unwrap();
-    assert_eq!(recorded, LedgerLayout { shards: 4 }.place(&key));
+    assert_eq!(recorded, Layout::with_ledger_shards(4).place(&key));
     assert_eq!(entry_shards(&base, "w_lay").await, vec![recorded.to_string()]);
     assert_eq!(balance(&base, "w_lay").await, (700, 1));
 
@@ -302,7 +303,7 @@ async fn a_payment_naming_no_account_is_acknowledged_unassigned_and_applies_late
     for a in &answers {
         assert_eq!((a.status, a.json()["status"].clone()), (200, json!("unassigned")), "{}", a.body);
     }
-    assert_eq!(scan(&store, &store.tables().ledger.clone()).await.len(), 0);
+    assert_eq!(counts(&store).await[2], 0, "no ledger entry");
     let listed = store.query(&LogFilter { outcome: Some(Outcome::Unassigned), ..LogFilter::default() }, 100, None).await.unwrap();
     assert_eq!(listed.deliveries.len(), 4);
 

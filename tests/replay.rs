@@ -121,7 +121,7 @@ fn synthetic(id_ms: i64, reference: &str, outcome: Outcome) -> Delivery {
         outcome,
         http_status: 200,
         received_at_ms: id_ms,
-        raw_body: "{}".into(),
+        raw_body: Some("{}".into()),
         replay_of: None,
         started_by: None,
         redriven: None,

@@ -105,12 +105,15 @@ pub enum TablesAction {
 
 #[derive(Debug, Subcommand)]
 pub enum LedgerAction {
-    /// Print the stored layout; with `--grow N`, grow it to N shards first (never shrinks).
-    /// Every reader and writer reads the layout from the table, not from its environment, and
-    /// a payment's entries stay in the shard recorded when it was paid, so growing is safe live.
+    /// Print the stored layout; `--grow N` grows the ledger shards, `--grow-index N` the index
+    /// shards, first (never shrinks). Every reader and writer reads the layout from the table,
+    /// not from its environment, and a payment's entries stay in the shard recorded when it was
+    /// paid, so growing is safe live.
     Shards {
         #[arg(long)]
         grow: Option<u32>,
+        #[arg(long)]
+        grow_index: Option<u32>,
     },
 }
 
@@ -226,10 +229,13 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
                 "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
             "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
         })),
-        Command::Ledger { action: LedgerAction::Shards { grow } } => {
-            let layout = match grow {
-                Some(n) => store.grow_layout(n).await?,
-                None => store.layout().await?,
+        Command::Ledger { action: LedgerAction::Shards { grow, grow_index } } => {
+            let layout = match (grow, grow_index) {
+                (None, None) => store.layout().await?,
+                (l, i) => {
+                    let want = crate::ledger::Layout { ledger_shards: l.unwrap_or(0), index_shards: i.unwrap_or(0) };
+                    store.grow_layout(want).await?
+                }
             };
             print_json(&layout)
         }

@@ -60,6 +60,12 @@ impl Outcome {
     pub fn parse(text: &str) -> Option<Self> {
         Outcome::ALL.into_iter().find(|o| o.as_str() == text)
     }
+
+    /// Outcomes someone (reconciliation, an operator) must act on: only these are in the sparse
+    /// outcome index, so the bulk of traffic (applied, replayed) writes no entry there.
+    pub fn needs_attention(self) -> bool {
+        matches!(self, Outcome::Failed | Outcome::Parked | Outcome::Unassigned | Outcome::Conflict)
+    }
 }
 
 impl std::fmt::Display for Outcome {
@@ -81,8 +87,9 @@ pub struct Delivery {
     pub outcome: Outcome,
     pub http_status: u16,
     pub received_at_ms: i64,
-    /// The body exactly as received (verified on arrival), for replay.
-    pub raw_body: String,
+    /// The body exactly as received (verified on arrival), for replay. `None` when the delivery
+    /// was listed from an index (indexes never carry bodies): [`EventLog::with_body`] reads it.
+    pub raw_body: Option<String>,
     /// Set when this delivery is a replay of a stored one: that delivery's id.
     pub replay_of: Option<String>,
     /// Who started a replay (operator, Lambda invocation).
@@ -139,6 +146,8 @@ pub trait EventLog {
     async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Moves a named cursor forward to `to` (never back).
     async fn save_cursor(&self, name: &str, to: &str) -> Result<(), StoreError>;
+    /// `delivery` with its body, read from the table if it was listed without it.
+    async fn with_body(&self, delivery: &Delivery) -> Result<Delivery, StoreError>;
 }
 
 /// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant (Howard Hinnant's civil-from-days), used

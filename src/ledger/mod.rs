@@ -336,37 +336,64 @@ pub enum PostOutcome {
     AlreadyPosted,
 }
 
-/// How many partitions each account's entries are spread over, stored in the ledger table
-/// itself so every writer and reader (Lambda, CLI, another deploy) sees the same layout. It only
-/// grows. Writers use it only to *place a new payment*; the placement is then recorded on the
-/// payment, so growing it never moves an entry a retry, takeover or replay looks for.
+/// How many partitions things that many deliveries share are spread over, stored in the ledger
+/// table so every writer and reader (Lambda, CLI, another deploy) sees the same layout, and not a
+/// per-process setting. It only grows.
+///
+/// - `ledger_shards`: an account's entries. Writers use it only to *place a new payment*; the
+///   placement is then recorded on the payment, so growing it never moves an entry a retry,
+///   takeover or replay looks for.
+/// - `index_shards`: the keys of the indexes every delivery or claim writes (`IN_PROGRESS#{n}`,
+///   `{day}#{n}`, …), so none is a hot partition key. Readers query every shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LedgerLayout {
-    pub shards: u32,
+pub struct Layout {
+    pub ledger_shards: u32,
+    pub index_shards: u32,
 }
 
-impl LedgerLayout {
-    /// The layout of a ledger table that never stored one (the count every deployment used
+impl Layout {
+    /// The ledger shards of a table that never stored a layout (the count every deployment used
     /// before the layout was stored).
-    pub const DEFAULT_SHARDS: u32 = 4;
-    /// Reads query every shard, so the count is bounded.
+    pub const DEFAULT_LEDGER_SHARDS: u32 = 4;
+    /// Index shards: at 10,000 deliveries/s, 32 keys take ~310 writes/s each (the claim index,
+    /// written twice per claim, ~440), well under DynamoDB's 1,000 per key.
+    pub const DEFAULT_INDEX_SHARDS: u32 = 32;
+    /// Reads query every shard, so the counts are bounded.
     pub const MAX_SHARDS: u32 = 256;
+
+    pub fn with_ledger_shards(ledger_shards: u32) -> Self {
+        Layout { ledger_shards, ..Layout::default() }
+    }
 
     /// The shard for a payment paid for the first time under `key`.
     pub fn place(&self, key: &IdempotencyKey) -> u32 {
-        shard_of(key, self.shards)
+        shard_of(key, self.ledger_shards)
     }
 
     /// Where entries of a payment paid before placements were recorded live: the old formula,
     /// over the old default count.
     pub fn legacy_place(key: &IdempotencyKey) -> u32 {
-        shard_of(key, Self::DEFAULT_SHARDS)
+        shard_of(key, Self::DEFAULT_LEDGER_SHARDS)
+    }
+
+    /// The index shard of an item named by `text` (its key, its delivery id).
+    pub fn index_shard(&self, text: &str) -> u32 {
+        u32::try_from(fnv1a(text) % u64::from(self.index_shards.max(1))).unwrap_or(0)
+    }
+
+    /// Each field at least as large as in `other`: layouts only grow.
+    pub fn grown_to(self, other: Layout) -> Layout {
+        let clamp = |n: u32| n.min(Self::MAX_SHARDS);
+        Layout {
+            ledger_shards: clamp(self.ledger_shards.max(other.ledger_shards)),
+            index_shards: clamp(self.index_shards.max(other.index_shards)),
+        }
     }
 }
 
-impl Default for LedgerLayout {
+impl Default for Layout {
     fn default() -> Self {
-        LedgerLayout { shards: Self::DEFAULT_SHARDS }
+        Layout { ledger_shards: Self::DEFAULT_LEDGER_SHARDS, index_shards: Self::DEFAULT_INDEX_SHARDS }
     }
 }
 
@@ -384,7 +411,7 @@ pub fn fnv1a(text: &str) -> u64 {
 
 /// The shard a payment's entries go to.
 pub fn shard_of_payment(payment: &PaymentRecord, key: &IdempotencyKey) -> u32 {
-    payment.ledger_shard.unwrap_or_else(|| LedgerLayout::legacy_place(key))
+    payment.ledger_shard.unwrap_or_else(|| Layout::legacy_place(key))
 }
 
 /// An account's balances per currency, derived from its entries.
@@ -486,10 +513,15 @@ pub trait Payments {
 #[allow(async_fn_in_trait)]
 pub trait Ledger {
     async fn post(&self, posting: &Posting) -> Result<PostOutcome, StoreError>;
-    /// The stored layout (the default if none was stored).
-    async fn layout(&self) -> Result<LedgerLayout, StoreError>;
-    /// Grows the stored layout to `shards` (never shrinks it); returns the layout now stored.
-    async fn grow_layout(&self, shards: u32) -> Result<LedgerLayout, StoreError>;
+    /// The stored layout (the default if none was stored), read now.
+    async fn layout(&self) -> Result<Layout, StoreError>;
+    /// The layout for placing new items, read once per process: a placement only needs some
+    /// count readers cover, and readers always read the stored layout.
+    async fn placement_layout(&self) -> Result<Layout, StoreError> {
+        self.layout().await
+    }
+    /// Grows the stored layout to at least `want` (never shrinks it); returns the layout now stored.
+    async fn grow_layout(&self, want: Layout) -> Result<Layout, StoreError>;
     /// Every entry of `account`, from every shard of the stored layout.
     async fn entries(&self, account: &AccountId) -> Result<Vec<Posting>, StoreError>;
     async fn balance(&self, account: &AccountId) -> Result<Balance, StoreError> {
@@ -666,10 +698,11 @@ mod tests {
     #[test]
     fn placement_is_stable_and_within_the_layout() -> R {
         let k = key(Operation::Payment, "pay_1")?;
-        let four = LedgerLayout { shards: 4 };
-        let eight = LedgerLayout { shards: 8 };
+        let four = Layout::with_ledger_shards(4);
+        let eight = Layout::with_ledger_shards(8);
         assert!(four.place(&k) < 4 && eight.place(&k) < 8);
-        assert_eq!(four.place(&k), LedgerLayout::legacy_place(&k));
+        assert_eq!(four.grown_to(Layout::with_ledger_shards(2)).ledger_shards, 4, "never shrinks");
+        assert_eq!(four.place(&k), Layout::legacy_place(&k));
         // Some key lands elsewhere once the layout grows: why placements are recorded.
         let moved = (0..64).any(|i| {
             let k = IdempotencyKey::from_stored(format!("generic:payment:p{i}"));

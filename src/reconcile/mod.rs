@@ -302,8 +302,8 @@ impl<A: ProviderApi> Reconciler<'_, A> {
             }
             let Some(newest) = deliveries.last() else { continue };
             let finding = Finding::new("parked_refund", newest.provider, key.to_string(), newest.event_id.clone());
-            let paid = match (newest.reference.as_ref(), event_of(self.providers, newest)) {
-                (Some(r), Ok(_)) => store.payment(newest.provider, r).await?.is_some_and(|p| p.status.is_paid()),
+            let paid = match (newest.reference.as_ref(), store.with_body(newest).await.map(|d| event_of(self.providers, &d))) {
+                (Some(r), Ok(Ok(_))) => store.payment(newest.provider, r).await?.is_some_and(|p| p.status.is_paid()),
                 _ => false,
             };
             if !paid {

@@ -64,6 +64,10 @@ impl DynamoStore {
         lease_ms: i64,
     ) -> Result<Result<(), Option<Item>>, StoreError> {
         let table = &self.tables.idempotency;
+        let layout = crate::ledger::Ledger::placement_layout(self).await?;
+        // `IN_PROGRESS#{shard}`: the claim index is sharded by key, so no partition key is
+        // written by every claim.
+        let open = format!("{IN_PROGRESS}#{}", layout.index_shard(key.as_str()));
         let now = now_ms();
         let result = self
             .client
@@ -71,7 +75,7 @@ impl DynamoStore {
             .table_name(table)
             .item("pk", s(key.as_str()))
             .item("status", s(IN_PROGRESS))
-            .item("open", s(IN_PROGRESS))
+            .item("open", s(open))
             .item("owner", s(token.as_str()))
             .item("lease_expires_at_ms", n(now + lease_ms))
             .item("fingerprint", s(fingerprint))

@@ -1,10 +1,13 @@
 //! The delivery log table, append-only.
 //!
 //! Item: `pk` = `ref#{provider}#{reference}` (or `evt#{provider}#{event id}` for events without a
-//! reference), `sk` = delivery id (`{epoch ms:013}-{uuid}`, so it sorts by arrival). Indexes, all
-//! sorted by `sk`: `by_event` (`{provider}#{event id}`), `by_time` (UTC day) and `by_outcome`
-//! (`{outcome}#{day}`), so time-range and outcome queries read one day's partition at a time
-//! instead of scanning the table.
+//! reference), `sk` = delivery id (`{epoch ms:013}-{uuid}`, so it sorts by arrival), the body as
+//! `raw_body` (text) or, when deflate makes it smaller, `body_z` (binary). Indexes, all sorted by
+//! `sk` and projecting the listing fields (never the body): `by_event` (`{provider}#{event id}`),
+//! `by_time` (`{UTC day}#{shard}`) and the sparse `by_outcome` (`{outcome}#{day}#{shard}`, only
+//! outcomes someone must act on). The shard comes from the delivery id, over the stored layout's
+//! index shards, so no index key takes every delivery of a day; readers query every shard of a
+//! day (and the unsharded key of deliveries logged before shards) and merge newest first.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -25,6 +28,32 @@ fn partition_of(d: &Delivery) -> String {
     }
 }
 
+/// Bodies at least this long are deflated when that saves a tenth: webhook JSON shrinks to about
+/// a third, and every KB saved is a write unit saved.
+const COMPRESS_FROM_BYTES: usize = 512;
+
+/// The body attribute of a delivery: deflated bytes when that is worth it, else the text.
+fn body_attribute(body: &str) -> (&'static str, AttributeValue) {
+    if body.len() >= COMPRESS_FROM_BYTES {
+        let z = miniz_oxide::deflate::compress_to_vec(body.as_bytes(), 6);
+        if z.len() * 10 < body.len() * 9 {
+            return ("body_z", AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(z)));
+        }
+    }
+    ("raw_body", s(body))
+}
+
+/// The stored body, if the item carries one.
+fn body_of(item: &Item, r: &Reader<'_>) -> Result<Option<String>, StoreError> {
+    if let Some(text) = r.opt_str("raw_body") {
+        return Ok(Some(text.to_owned()));
+    }
+    let Some(AttributeValue::B(z)) = item.get("body_z") else { return Ok(None) };
+    let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(z.as_ref(), crate::config::MAX_BODY_BYTES)
+        .map_err(|_| r.corrupt("body_z does not inflate"))?;
+    String::from_utf8(bytes).map(Some).map_err(|_| r.corrupt("body_z is not UTF-8"))
+}
+
 fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
     let r = Reader::new(item, table);
     Ok(Delivery {
@@ -37,7 +66,7 @@ fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
         outcome: r.parsed("outcome", |t| Outcome::parse(t).ok_or(()))?,
         http_status: u16::try_from(r.num("http_status")?).map_err(|_| r.corrupt("http_status"))?,
         received_at_ms: r.num("received_at_ms")?,
-        raw_body: r.str("raw_body")?.to_owned(),
+        raw_body: body_of(item, &r)?,
         replay_of: r.opt_str("replay_of").map(str::to_owned),
         started_by: r.opt_str("started_by").map(str::to_owned),
         redriven: r.opt_str("redriven").map(|o| Outcome::parse(o).ok_or_else(|| r.corrupt("redriven"))).transpose()?,
@@ -124,41 +153,50 @@ impl DynamoStore {
         }
     }
 
-    fn day_partitions(&self, index: &'static str, attr: &'static str, prefix: &str, since_ms: i64, until_ms: i64) -> Vec<Partition> {
-        let mut parts = Vec::new();
+    /// One group per day, newest day first; each group is the day's shards (and its unsharded
+    /// key, written before shards existed).
+    fn day_partitions(&self, index: &'static str, attr: &'static str, prefix: &str, since_ms: i64, until_ms: i64, shards: u32) -> Vec<Vec<Partition>> {
+        let mut days = Vec::new();
         let mut day_ms = until_ms.saturating_sub(1);
         while day_ms >= since_ms.div_euclid(DAY_MS) * DAY_MS {
-            parts.push(Partition { index: Some(index), hash_attr: attr, hash: format!("{prefix}{}", utc_day(day_ms)) });
+            let day = format!("{prefix}{}", utc_day(day_ms));
+            let keys = std::iter::once(day.clone()).chain((0..shards).map(|n| format!("{day}#{n}")));
+            days.push(keys.map(|hash| Partition { index: Some(index), hash_attr: attr, hash }).collect());
             day_ms -= DAY_MS;
         }
-        parts
+        days
     }
 
-    /// The partitions a filter needs, and whether they are disjoint in time and newest first
-    /// (day buckets), so reading can stop early, or overlapping (providers), so all are merged.
-    fn plan(&self, f: &LogFilter) -> (Vec<Partition>, bool) {
+    /// The partitions a filter needs, in groups: day groups are disjoint in time and newest
+    /// first, so reading can stop after a group once a page is full; a single group (a
+    /// reference's or an event's partitions, one per provider) overlaps in time and is merged.
+    async fn plan(&self, f: &LogFilter) -> Result<Vec<Vec<Partition>>, StoreError> {
         let providers: Vec<ProviderId> = f.provider.map_or_else(|| ProviderId::ALL.to_vec(), |p| vec![p]);
         if let Some(r) = &f.reference {
             let parts = providers
                 .iter()
                 .map(|p| Partition { index: None, hash_attr: "pk", hash: format!("ref#{p}#{r}") })
                 .collect();
-            return (parts, false);
+            return Ok(vec![parts]);
         }
         if let Some(e) = &f.event_id {
             let parts = providers
                 .iter()
                 .map(|p| Partition { index: Some("by_event"), hash_attr: "event_key", hash: format!("{p}#{e}") })
                 .collect();
-            return (parts, false);
+            return Ok(vec![parts]);
         }
         let until = f.until_ms.unwrap_or_else(|| now_ms() + DAY_MS);
         let since = f.since_ms.unwrap_or_else(|| until - self.settings.log_retention_s * 1000);
-        let parts = match f.outcome {
-            Some(o) => self.day_partitions("by_outcome", "outcome_bucket", &format!("{o}#"), since, until),
-            None => self.day_partitions("by_time", "time_bucket", "", since, until),
-        };
-        (parts, true)
+        let shards = crate::ledger::Ledger::layout(self).await?.index_shards;
+        Ok(match f.outcome {
+            // Only outcomes that need attention are in the sparse outcome index; the others are
+            // read by day and filtered on the projected outcome.
+            Some(o) if o.needs_attention() => {
+                self.day_partitions("by_outcome", "outcome_bucket", &format!("{o}#"), since, until, shards)
+            }
+            _ => self.day_partitions("by_time", "time_bucket", "", since, until, shards),
+        })
     }
 }
 
@@ -166,6 +204,7 @@ impl EventLog for DynamoStore {
     async fn append(&self, d: &Delivery) -> Result<(), StoreError> {
         let table = &self.tables.events;
         let day = utc_day(d.received_at_ms);
+        let shard = crate::ledger::Ledger::placement_layout(self).await?.index_shard(&d.id);
         let mut put = self
             .client
             .put_item()
@@ -173,18 +212,23 @@ impl EventLog for DynamoStore {
             .item("pk", s(partition_of(d)))
             .item("sk", s(d.id.as_str()))
             .item("event_key", s(format!("{}#{}", d.provider, d.event_id)))
-            .item("time_bucket", s(day.as_str()))
-            .item("outcome_bucket", s(format!("{}#{day}", d.outcome)))
+            .item("time_bucket", s(format!("{day}#{shard}")))
             .item("provider", s(d.provider.as_str()))
             .item("event_id", s(d.event_id.as_str()))
             .item("event_type", s(d.event_type.as_str()))
             .item("outcome", s(d.outcome.as_str()))
             .item("http_status", n(i64::from(d.http_status)))
             .item("received_at_ms", n(d.received_at_ms))
-            .item("raw_body", s(d.raw_body.as_str()))
             .item("expires_at_s", n(expires_at_s(d.received_at_ms, self.settings.log_retention_s)))
             // Append-only: a delivery id is written once.
             .condition_expression("attribute_not_exists(sk)");
+        if d.outcome.needs_attention() {
+            put = put.item("outcome_bucket", s(format!("{}#{day}#{shard}", d.outcome)));
+        }
+        if let Some(body) = &d.raw_body {
+            let (name, value) = body_attribute(body);
+            put = put.item(name, value);
+        }
         for (name, value) in [
             ("key", d.key.as_ref().map(|k| k.to_string())),
             ("reference", d.reference.as_ref().map(|r| r.to_string())),
@@ -208,13 +252,16 @@ impl EventLog for DynamoStore {
         let until_key = filter.until_ms.map(|u| format!("{u:013}"));
         let upper = [cursor, until_key.as_deref()].into_iter().flatten().min().unwrap_or(TOP).to_owned();
         let lower = filter.since_ms.map(|s| format!("{s:013}")).unwrap_or_else(|| "0".into());
-        let (parts, ordered) = self.plan(filter);
+        let groups = self.plan(filter).await?;
         let mut found = Vec::new();
-        for p in &parts {
-            let want = if ordered { limit + 1 - found.len().min(limit) } else { limit + 1 };
-            found.extend(self.read_partition(p, &upper, &lower, want, filter).await?);
-            // Day buckets are newest first and disjoint: once we hold a page, older days can wait.
-            if ordered && found.len() > limit {
+        for group in &groups {
+            // A day's shards are read at once: they are independent partitions.
+            let reads = group.iter().map(|p| self.read_partition(p, &upper, &lower, limit + 1, filter));
+            for part in futures::future::try_join_all(reads).await? {
+                found.extend(part);
+            }
+            // Day groups are newest first and disjoint: once we hold a page, older days can wait.
+            if found.len() > limit {
                 break;
             }
         }
@@ -230,13 +277,16 @@ impl EventLog for DynamoStore {
         let since = format!("{:013}", filter.since_ms.unwrap_or(0));
         let lower = if after > since.as_str() { after.to_owned() } else { since };
         let upper = filter.until_ms.map_or_else(|| TOP.to_owned(), |u| format!("{u:013}"));
-        let (mut parts, ordered) = self.plan(&LogFilter { since_ms: id_ms(&lower).or(filter.since_ms), ..filter.clone() });
-        // Day buckets come newest first: walk them oldest first.
-        parts.reverse();
+        let mut groups = self.plan(&LogFilter { since_ms: id_ms(&lower).or(filter.since_ms), ..filter.clone() }).await?;
+        // Day groups come newest first: walk them oldest first.
+        groups.reverse();
         let mut found = Vec::new();
-        for p in &parts {
-            found.extend(self.read_partition_in(p, (&lower, &upper), limit, filter, true).await?);
-            if ordered && found.len() >= limit {
+        for group in &groups {
+            let reads = group.iter().map(|p| self.read_partition_in(p, (&lower, &upper), limit, filter, true));
+            for part in futures::future::try_join_all(reads).await? {
+                found.extend(part);
+            }
+            if found.len() >= limit {
                 break;
             }
         }
@@ -264,6 +314,29 @@ impl EventLog for DynamoStore {
             // Marked already (a concurrent pass), or expired from the log: nothing to do.
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
         }
+    }
+
+    async fn with_body(&self, d: &Delivery) -> Result<Delivery, StoreError> {
+        if d.raw_body.is_some() {
+            return Ok(d.clone());
+        }
+        let table = &self.tables.events;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(partition_of(d)))
+            .key("sk", s(d.id.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        let item = out.item.ok_or_else(|| StoreError::Corrupt {
+            table: table.clone(),
+            key: d.id.clone(),
+            reason: "listed in an index but gone from the table (expired?)".into(),
+        })?;
+        to_delivery(&item, table)
     }
 
     async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError> {

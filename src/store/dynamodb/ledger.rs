@@ -5,15 +5,14 @@
 //! and recorded on the payment ([`crate::ledger::Posting::shard`]), so one busy account's writes
 //! spread over the layout's partitions and a retry always finds the entry it may have written.
 //!
-//! The layout (how many shards readers must sum) is one item of this table: `pk` = `sk` =
-//! `#layout`, `shards`. No account key can equal it: an account's keys end in `#{digits}`.
-
-use aws_sdk_dynamodb::types::ReturnValue;
+//! The stored layout (ledger and index shard counts) is one item of this table: `pk` = `sk` =
+//! `#layout`, `ledger_shards`, `index_shards`. No account key can equal it: an account's keys end
+//! in `#{digits}`.
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{AccountId, Currency, IdempotencyKey, Reference};
-use crate::ledger::{Ledger, LedgerLayout, PostOutcome, Posting};
+use crate::ledger::{Ledger, Layout, PostOutcome, Posting};
 use crate::store::StoreError;
 
 const LAYOUT_KEY: &str = "#layout";
@@ -36,10 +35,15 @@ fn to_posting(item: &Item, table: &str) -> Result<Posting, StoreError> {
     })
 }
 
-fn to_layout(item: &Item, table: &str) -> Result<LedgerLayout, StoreError> {
+fn to_layout(item: &Item, table: &str) -> Result<Layout, StoreError> {
     let r = Reader::new(item, table);
-    let shards = u32::try_from(r.num("shards")?).map_err(|_| r.corrupt("shards out of range"))?;
-    Ok(LedgerLayout { shards })
+    let count = |name: &str, default: u32| -> Result<u32, StoreError> {
+        r.opt_num(name)?.map_or(Ok(default), |n| u32::try_from(n).map_err(|_| r.corrupt(format!("{name} out of range"))))
+    };
+    Ok(Layout {
+        ledger_shards: count("ledger_shards", Layout::DEFAULT_LEDGER_SHARDS)?,
+        index_shards: count("index_shards", Layout::DEFAULT_INDEX_SHARDS)?,
+    })
 }
 
 fn ledger_pk(account: &AccountId, shard: u32) -> String {
@@ -70,7 +74,7 @@ impl Ledger for DynamoStore {
         }
     }
 
-    async fn layout(&self) -> Result<LedgerLayout, StoreError> {
+    async fn layout(&self) -> Result<Layout, StoreError> {
         let table = &self.tables.ledger;
         let out = self
             .client
@@ -82,41 +86,65 @@ impl Ledger for DynamoStore {
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item.map_or(Ok(LedgerLayout::default()), |i| to_layout(&i, table))
+        out.item.map_or(Ok(Layout::default()), |i| to_layout(&i, table))
     }
 
-    async fn grow_layout(&self, shards: u32) -> Result<LedgerLayout, StoreError> {
+    async fn placement_layout(&self) -> Result<Layout, StoreError> {
+        self.layout_cache.get_or_try_init(|| self.layout()).await.copied()
+    }
+
+    async fn grow_layout(&self, want: Layout) -> Result<Layout, StoreError> {
         let table = &self.tables.ledger;
-        // Below the default is a shrink of a table that never stored a layout.
-        let shards = shards.clamp(LedgerLayout::DEFAULT_SHARDS, LedgerLayout::MAX_SHARDS);
-        let result = self
-            .client
-            .update_item()
-            .table_name(table)
-            .key("pk", s(LAYOUT_KEY))
-            .key("sk", s(LAYOUT_KEY))
-            .update_expression("SET shards = :n")
-            // Only ever grow: a reader of the old count would miss the entries of the new shards.
-            .condition_expression("attribute_not_exists(shards) OR shards < :n")
-            .expression_attribute_values(":n", n(i64::from(shards)))
-            .return_values(ReturnValue::AllNew)
-            .send()
-            .await;
-        match result {
-            Ok(out) => out.attributes.map_or(Ok(LedgerLayout { shards }), |i| to_layout(&i, table)),
-            // Already at or above `shards`: the stored layout stands.
-            Err(e) => {
-                condition_failed(e, "UpdateItem", table)?;
-                self.layout().await
+        // Optimistic: grow from the layout read, conditioned on it being still the stored one.
+        for _ in 0..8 {
+            let out = self
+                .client
+                .get_item()
+                .table_name(table)
+                .key("pk", s(LAYOUT_KEY))
+                .key("sk", s(LAYOUT_KEY))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| unavailable("GetItem", table, e))?;
+            let stored = out.item.as_ref().map(|i| to_layout(i, table)).transpose()?;
+            let current = stored.unwrap_or_default();
+            let grown = current.grown_to(want);
+            if stored.is_some() && grown == current {
+                return Ok(current);
+            }
+            let update = self
+                .client
+                .update_item()
+                .table_name(table)
+                .key("pk", s(LAYOUT_KEY))
+                .key("sk", s(LAYOUT_KEY))
+                .update_expression("SET ledger_shards = :l, index_shards = :i")
+                .expression_attribute_values(":l", n(i64::from(grown.ledger_shards)))
+                .expression_attribute_values(":i", n(i64::from(grown.index_shards)));
+            let update = match stored {
+                None => update.condition_expression("attribute_not_exists(pk)"),
+                Some(old) => update
+                    .condition_expression("ledger_shards = :ol AND index_shards = :oi")
+                    .expression_attribute_values(":ol", n(i64::from(old.ledger_shards)))
+                    .expression_attribute_values(":oi", n(i64::from(old.index_shards))),
+            };
+            match update.send().await {
+                Ok(_) => return Ok(grown),
+                // Someone else changed it first: read again.
+                Err(e) => {
+                    condition_failed(e, "UpdateItem", table)?;
+                }
             }
         }
+        self.layout().await
     }
 
     async fn entries(&self, account: &AccountId) -> Result<Vec<Posting>, StoreError> {
         let table = &self.tables.ledger;
         let layout = self.layout().await?;
         let mut postings = Vec::new();
-        for shard in 0..layout.shards.max(1) {
+        for shard in 0..layout.ledger_shards.max(1) {
             let mut pages = self
                 .client
                 .query()

@@ -45,11 +45,13 @@ pub struct DynamoStore {
     client: Client,
     tables: Arc<TableNames>,
     settings: StoreSettings,
+    /// The stored layout, read once per process for placing new items.
+    layout_cache: Arc<tokio::sync::OnceCell<crate::ledger::Layout>>,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, tables: TableNames, settings: StoreSettings) -> Self {
-        DynamoStore { client, tables: Arc::new(tables), settings }
+        DynamoStore { client, tables: Arc::new(tables), settings, layout_cache: Arc::default() }
     }
 
     pub fn tables(&self) -> &TableNames {
@@ -66,8 +68,9 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
-    /// Reads the sparse `open` index of `table`: items whose `open` is `state` and whose range
-    /// key is below `below`, mapped by `map`, at most `limit`. Reconciliation's only reads.
+    /// Reads the sparse `open` index of `table`: items whose `open` is `state` (in any shard of
+    /// the stored layout, and the unsharded key items written before it had shards) and whose
+    /// range key is below `below`, mapped by `map`; the `limit` lowest by range key.
     pub(crate) async fn read_open<T>(
         &self,
         table: &str,
@@ -77,26 +80,35 @@ impl DynamoStore {
         limit: usize,
         map: impl Fn(&item::Item, &str) -> Result<T, crate::store::StoreError>,
     ) -> Result<Vec<T>, crate::store::StoreError> {
-        let mut pages = self
-            .client
-            .query()
-            .table_name(table)
-            .index_name("open")
-            .key_condition_expression(format!("#open = :state AND {range_key} < :below"))
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_values(":state", item::s(state))
-            .expression_attribute_values(":below", item::n(below))
-            .into_paginator()
-            .items()
-            .send();
-        let mut out = Vec::new();
-        while let Some(found) = pages.next().await {
-            let found = found.map_err(|e| item::unavailable("Query", table, e))?;
-            out.push(map(&found, table)?);
-            if out.len() >= limit {
-                break;
+        let layout = crate::ledger::Ledger::layout(self).await?;
+        let keys = std::iter::once(state.to_owned()).chain((0..layout.index_shards).map(|n| format!("{state}#{n}")));
+        let mut found: Vec<(i64, T)> = Vec::new();
+        for key in keys {
+            let mut pages = self
+                .client
+                .query()
+                .table_name(table)
+                .index_name("open")
+                .key_condition_expression(format!("#open = :state AND {range_key} < :below"))
+                .expression_attribute_names("#open", "open")
+                .expression_attribute_values(":state", item::s(key))
+                .expression_attribute_values(":below", item::n(below))
+                .into_paginator()
+                .items()
+                .send();
+            let mut taken = 0;
+            // Each shard is sorted by the range key: its first `limit` are all it can add.
+            while let Some(got) = pages.next().await {
+                let got = got.map_err(|e| item::unavailable("Query", table, e))?;
+                let at = item::Reader::new(&got, table).num(range_key)?;
+                found.push((at, map(&got, table)?));
+                taken += 1;
+                if taken >= limit {
+                    break;
+                }
             }
         }
-        Ok(out)
+        found.sort_by_key(|(at, _)| *at);
+        Ok(found.into_iter().take(limit).map(|(_, t)| t).collect())
     }
 }

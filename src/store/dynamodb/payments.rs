@@ -113,6 +113,13 @@ fn status_in(mut update: UpdateItemFluentBuilder, sources: &[PaymentStatus]) -> 
 }
 
 impl DynamoStore {
+    /// The `open` index key of a PENDING/PROCESSING payment: `{status}#{shard}`, the shard from
+    /// the payment's key, so no index key is shared by every open payment.
+    async fn open_key(&self, status: PaymentStatus, provider: ProviderId, reference: &Reference) -> Result<String, StoreError> {
+        let layout = crate::ledger::Ledger::placement_layout(self).await?;
+        Ok(format!("{status}#{}", layout.index_shard(&format!("{provider}#{reference}"))))
+    }
+
     async fn read_payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
         let table = &self.tables.payments;
         let out = self
@@ -319,7 +326,7 @@ impl Payments for DynamoStore {
             .item("provider", s(expected.provider.as_str()))
             .item("reference", s(expected.reference.as_str()))
             .item("status", s(pending.as_str()))
-            .item("open", s(pending.as_str()))
+            .item("open", s(self.open_key(pending, expected.provider, &expected.reference).await?))
             .item("account", s(expected.account.as_str()))
             .item("amount_minor", n(expected.money.amount.get()))
             .item("currency", s(expected.money.currency.as_str()))
@@ -395,7 +402,7 @@ impl Payments for DynamoStore {
         let (update, money_conds, money_sets) = money_guard(update, facts.account.as_ref(), facts.money.as_ref());
         let (update, sources) = status_in(update, to.sources_of());
         // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
-        let open = if to == PaymentStatus::Processing { "SET #open = :to" } else { "REMOVE #open" };
+        let open = if to == PaymentStatus::Processing { "SET #open = :openv" } else { "REMOVE #open" };
         let mut sets = vec![
             "#status = :to", "provider = :prov", "#reference = :ref",
             "refunded_minor = if_not_exists(refunded_minor, :zero)",
@@ -420,6 +427,11 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":ref", s(facts.reference.as_str()))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":h", history(to, "state event", now));
+        let update = if to == PaymentStatus::Processing {
+            update.expression_attribute_values(":openv", s(self.open_key(to, provider, &facts.reference).await?))
+        } else {
+            update
+        };
         Ok(match self.conditional_update(update, provider, &facts.reference).await? {
             Ok(record) => StateOutcome::Applied(record),
             Err(old) => judge_state(old, facts),

@@ -4,14 +4,25 @@
 
 use serde::Serialize;
 
-/// A secondary index: every key attribute is a string except where `range_is_number`.
+/// A secondary index: every key attribute is a string except where `range_is_number`. Every GSI
+/// write is another write of the projected item, so an index projects only what its queries
+/// return (`INCLUDE` of these attributes besides the keys), never a raw body.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct IndexDef {
     pub name: &'static str,
     pub hash_key: &'static str,
     pub range_key: &'static str,
     pub range_is_number: bool,
+    /// Non-key attributes projected (`INCLUDE`); empty means `KEYS_ONLY`.
+    pub projected: &'static [&'static str],
 }
+
+/// What a delivery listing shows: everything a `Delivery` holds except its body, which is read
+/// from the table when a replay needs it.
+const LISTING: &[&str] = &[
+    "provider", "event_id", "event_type", "key", "reference", "outcome", "http_status", "received_at_ms",
+    "replay_of", "started_by", "redriven",
+];
 
 /// A table's shape. Key attributes are strings.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -31,8 +42,15 @@ pub const IDEMPOTENCY: TableDef = TableDef {
     env_var: "PAYHOOK_IDEMPOTENCY_TABLE",
     hash_key: "pk",
     range_key: None,
-    // Sparse: only IN_PROGRESS claims carry `open`, so reconciliation finds stuck ones cheaply.
-    indexes: &[IndexDef { name: "open", hash_key: "open", range_key: "lease_expires_at_ms", range_is_number: true }],
+    // Sparse: only IN_PROGRESS claims carry `open` (`IN_PROGRESS#{shard}`, the shard from the
+    // key, so no partition key is shared by every claim), so reconciliation finds stuck ones.
+    indexes: &[IndexDef {
+        name: "open",
+        hash_key: "open",
+        range_key: "lease_expires_at_ms",
+        range_is_number: true,
+        projected: &["status", "owner", "fingerprint"],
+    }],
     ttl_attribute: Some("expires_at_s"),
 };
 
@@ -41,8 +59,14 @@ pub const PAYMENTS: TableDef = TableDef {
     env_var: "PAYHOOK_PAYMENTS_TABLE",
     hash_key: "pk",
     range_key: None,
-    // Sparse: only PENDING/PROCESSING payments carry `open`.
-    indexes: &[IndexDef { name: "open", hash_key: "open", range_key: "updated_at_ms", range_is_number: true }],
+    // Sparse: only PENDING/PROCESSING payments carry `open` (`{status}#{shard}`).
+    indexes: &[IndexDef {
+        name: "open",
+        hash_key: "open",
+        range_key: "updated_at_ms",
+        range_is_number: true,
+        projected: &["provider", "reference", "status", "account", "amount_minor", "currency", "refunded_minor", "created_at_ms"],
+    }],
     // Payments are financial records: no TTL.
     ttl_attribute: None,
 };
@@ -62,9 +86,13 @@ pub const EVENTS: TableDef = TableDef {
     hash_key: "pk",
     range_key: Some("sk"),
     indexes: &[
-        IndexDef { name: "by_event", hash_key: "event_key", range_key: "sk", range_is_number: false },
-        IndexDef { name: "by_time", hash_key: "time_bucket", range_key: "sk", range_is_number: false },
-        IndexDef { name: "by_outcome", hash_key: "outcome_bucket", range_key: "sk", range_is_number: false },
+        // `{provider}#{event id}`: one event's deliveries.
+        IndexDef { name: "by_event", hash_key: "event_key", range_key: "sk", range_is_number: false, projected: LISTING },
+        // `{day}#{shard}`: every delivery, spread over the layout's index shards.
+        IndexDef { name: "by_time", hash_key: "time_bucket", range_key: "sk", range_is_number: false, projected: LISTING },
+        // `{outcome}#{day}#{shard}`, sparse: only outcomes someone must act on (failed, parked,
+        // unassigned, conflict); the bulk (applied, replayed) is found through `by_time`.
+        IndexDef { name: "by_outcome", hash_key: "outcome_bucket", range_key: "sk", range_is_number: false, projected: LISTING },
     ],
     ttl_attribute: Some("expires_at_s"),
 };

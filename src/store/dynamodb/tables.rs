@@ -36,6 +36,18 @@ fn attribute(name: &str, number: bool, table: &str) -> Result<AttributeDefinitio
     AttributeDefinition::builder().attribute_name(name).attribute_type(kind).build().map_err(|e| build_err(e, table))
 }
 
+/// `INCLUDE` of the index's projected attributes, or `KEYS_ONLY`.
+fn projection(ix: &super::schema::IndexDef) -> Projection {
+    if ix.projected.is_empty() {
+        return Projection::builder().projection_type(ProjectionType::KeysOnly).build();
+    }
+    let mut p = Projection::builder().projection_type(ProjectionType::Include);
+    for a in ix.projected {
+        p = p.non_key_attributes(*a);
+    }
+    p.build()
+}
+
 impl DynamoStore {
     /// Creates every table that does not exist yet and waits until each is ACTIVE.
     pub async fn create_tables(&self) -> Result<Vec<TableReport>, StoreError> {
@@ -69,7 +81,7 @@ impl DynamoStore {
                 .index_name(index.name)
                 .key_schema(key(index.hash_key, KeyType::Hash, &name)?)
                 .key_schema(key(index.range_key, KeyType::Range, &name)?)
-                .projection(Projection::builder().projection_type(ProjectionType::All).build())
+                .projection(projection(index))
                 .build()
                 .map_err(|e| build_err(e, &name))?;
             req = req.global_secondary_indexes(gsi);

@@ -3,6 +3,7 @@
 
 mod demo;
 pub mod bench;
+pub mod capacity;
 pub mod client;
 
 use std::net::SocketAddr;
@@ -94,6 +95,9 @@ pub enum Command {
     /// Load a payhook (loopback) with signed deliveries: p50/p99 latency and deliveries/s at
     /// several concurrencies, all-new and 50%-duplicate traffic.
     Bench(bench::BenchArgs),
+    /// The capacity model: write/read units per delivery, hottest partition keys at 10,000
+    /// deliveries/s and at 1,000 credits/s on one account, balance read cost, cost per million.
+    Capacity(capacity::CapacityArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -188,7 +192,7 @@ pub enum CliError {
     Other(String),
 }
 
-fn print_json(value: &impl Serialize) -> Result<(), CliError> {
+pub(crate) fn print_json(value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Other(e.to_string()))?;
     println!("{text}");
     Ok(())
@@ -291,6 +295,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         }
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
+        Command::Capacity(args) => capacity::run(args, config, store).await,
     }
 }
 

@@ -75,6 +75,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             reversed_refund_keys: Vec::new(),
             paid_key: Some(key.as_str().to_owned()),
             ledger_shard: Some(0),
+            credit_at_ms: Some(0),
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,

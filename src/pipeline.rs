@@ -11,7 +11,7 @@ use crate::domain::{
 use crate::eventlog::{Delivery, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{
-    shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
+    movement_time, shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
     Posting, RefundOutcome, ReversalOutcome, StateOutcome,
 };
 use crate::store::StoreError;
@@ -369,6 +369,7 @@ impl<S: Store> Pipeline<S> {
             account,
             // Entries of a payment all live where its credit was placed.
             shard: shard_of_payment(payment, key),
+            at_ms: movement_time(payment, key),
             currency,
             amount_minor,
             reference: reference.clone(),

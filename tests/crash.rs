@@ -118,7 +118,9 @@ async fn a_zombie_cannot_overwrite_its_successor() {
         panic!("A's resumed payment step must find B's")
     };
     let shard = paid.ledger_shard.expect("placement recorded");
-    let posting = Posting { key: key.clone(), account: facts.account.clone().unwrap(), shard, currency: ngn(), amount_minor: 900, reference: facts.reference.clone(), posted_at_ms: 0 };
+    let at_ms = payhook::ledger::movement_time(&paid, &key);
+    assert!(at_ms.is_some(), "the credit's time is recorded on the payment");
+    let posting = Posting { key: key.clone(), account: facts.account.clone().unwrap(), shard, at_ms, currency: ngn(), amount_minor: 900, reference: facts.reference.clone(), posted_at_ms: 0 };
     assert_eq!(store.post(&posting).await.unwrap(), PostOutcome::AlreadyPosted);
     let zombie = StoredResponse { status: 200, body: "{\"zombie\":true}".into() };
     let outcome = store.finalize(&key, &a, &zombie).await.unwrap();

@@ -146,6 +146,13 @@ impl IdempotencyKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// For a refund reversal's key, the key of the refund it reverses.
+    pub fn refund_of_reversal(&self) -> Option<IdempotencyKey> {
+        let (provider, rest) = self.0.split_once(':')?;
+        let reference = rest.strip_prefix("refund_reversal:")?;
+        Some(IdempotencyKey(format!("{provider}:refund:{reference}")))
+    }
 }
 
 impl fmt::Display for IdempotencyKey {

@@ -33,6 +33,8 @@ pub struct PaymentRecord {
     /// The ledger shard of this payment's entries (its credit, refunds and reversals), decided
     /// once, in the write that made it PAID. `None` only for payments paid before it was stored.
     pub ledger_shard: Option<u32>,
+    /// When the credit was made (the write that made it PAID): its ledger entry's time.
+    pub credit_at_ms: Option<i64>,
     pub history: Vec<HistoryEntry>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -168,6 +170,7 @@ fn placeholder(facts: &PaymentFacts) -> PaymentRecord {
         reversed_refund_keys: Vec::new(),
         paid_key: None,
         ledger_shard: None,
+        credit_at_ms: None,
         history: Vec::new(),
         created_at_ms: 0,
         updated_at_ms: 0,
@@ -322,6 +325,10 @@ pub struct Posting {
     /// The partition of the account's entries this one lives in: the payment's recorded
     /// `ledger_shard`, never recomputed from a count that may have grown since.
     pub shard: u32,
+    /// The movement's time as recorded on the payment in the write that made it (so a retry
+    /// writes the same sort key, `{at:013}#{key}`, and a checkpoint can roll entries up in time
+    /// order). `None` for movements recorded before times were: the sort key is the bare key.
+    pub at_ms: Option<i64>,
     pub currency: Currency,
     /// Positive credits, negative debits.
     pub amount_minor: i64,
@@ -412,6 +419,23 @@ pub fn fnv1a(text: &str) -> u64 {
 /// The shard a payment's entries go to.
 pub fn shard_of_payment(payment: &PaymentRecord, key: &IdempotencyKey) -> u32 {
     payment.ledger_shard.unwrap_or_else(|| Layout::legacy_place(key))
+}
+
+/// When the movement under `key` was made, as the payment recorded it in the same write: the
+/// credit's `credit_at_ms`, a refund's history entry (noted with its key), a reversal's (noted
+/// `refund reversed: {refund key}`). `None` for movements made before times were recorded (and
+/// for payments without a recorded placement, whose entries keep the old sort key).
+pub fn movement_time(payment: &PaymentRecord, key: &IdempotencyKey) -> Option<i64> {
+    payment.ledger_shard?;
+    if payment.paid_key.as_deref() == Some(key.as_str()) {
+        return payment.credit_at_ms;
+    }
+    let reversal = key.refund_of_reversal().map(|r| format!("refund reversed: {r}"));
+    payment
+        .history
+        .iter()
+        .find(|h| h.note == key.as_str() || Some(&h.note) == reversal.as_ref())
+        .map(|h| h.at_ms)
 }
 
 /// An account's balances per currency, derived from its entries.
@@ -670,6 +694,7 @@ mod tests {
             key: IdempotencyKey::from_stored(format!("k{amount}{cur}")),
             account: AccountId::parse("a")?,
             shard: 0,
+            at_ms: None,
             currency: Currency::parse(cur)?,
             amount_minor: amount,
             reference: Reference::parse("r")?,

@@ -160,6 +160,11 @@ impl CapacityRecorder {
         CapacityRecorder { images, tables: Arc::new(tables), pending: Arc::default(), log: Arc::default() }
     }
 
+    /// The unrecorded client that reads images.
+    pub fn images(&self) -> &Client {
+        &self.images
+    }
+
     /// Every request costed so far, in order; clears the record.
     pub fn take(&self) -> Vec<Costed> {
         self.log.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default()

@@ -2,7 +2,7 @@
 //!
 //! Item: `pk` = idempotency key, `status` IN_PROGRESS | DONE, `owner`, `lease_expires_at_ms`,
 //! `fingerprint`, `response_status` + `response_body` once DONE, `open` (sparse index) while
-//! IN_PROGRESS, `expires_at_s` for TTL.
+//! IN_PROGRESS (`IN_PROGRESS#{shard}`), `expires_at_s` for TTL, set once DONE.
 
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
@@ -81,7 +81,9 @@ impl DynamoStore {
             .item("fingerprint", s(fingerprint))
             .item("created_at_ms", n(now))
             .item("updated_at_ms", n(now))
-            .item("expires_at_s", n(expires_at_s(now, self.settings.claim_retention_s)))
+            // No TTL until DONE (finalize sets it): a claim stuck IN_PROGRESS stays until
+            // reconciliation resumes it, so nothing it holds back (its movement, the ledger
+            // checkpoints' watermark) can silently expire.
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -249,5 +251,42 @@ impl DynamoStore {
     pub async fn stuck_claims(&self, now_ms: i64, limit: usize) -> Result<Vec<ClaimRecord>, StoreError> {
         let table = self.tables.idempotency.clone();
         self.read_open(&table, "lease_expires_at_ms", IN_PROGRESS, now_ms, limit, to_record).await
+    }
+}
+
+impl DynamoStore {
+    /// When the oldest claim still IN_PROGRESS was taken (from the sparse `open` index, every
+    /// shard), if any. Every movement not yet in the ledger belongs to such a claim and is timed
+    /// after it was taken, so a ledger checkpoint may roll up everything before this instant.
+    pub(crate) async fn oldest_claim_created_ms(&self) -> Result<Option<i64>, StoreError> {
+        let table = self.tables.idempotency.clone();
+        let layout = crate::ledger::Ledger::layout(self).await?;
+        let keys = std::iter::once(IN_PROGRESS.to_owned()).chain((0..layout.index_shards).map(|n| format!("{IN_PROGRESS}#{n}")));
+        let reads = keys.map(|key| {
+            let table = table.clone();
+            async move {
+                let mut pages = self
+                    .client
+                    .query()
+                    .table_name(&table)
+                    .index_name("open")
+                    .key_condition_expression("#open = :k")
+                    .expression_attribute_names("#open", "open")
+                    .expression_attribute_values(":k", s(key))
+                    .into_paginator()
+                    .items()
+                    .send();
+                let mut oldest: Option<i64> = None;
+                while let Some(item) = pages.next().await {
+                    let item = item.map_err(|e| unavailable("Query", &table, e))?;
+                    // Claims taken before `created_at_ms` was projected count as taken at 0.
+                    let at = Reader::new(&item, &table).opt_num("created_at_ms")?.unwrap_or(0);
+                    oldest = Some(oldest.map_or(at, |o| o.min(at)));
+                }
+                Ok::<_, StoreError>(oldest)
+            }
+        });
+        let per_shard = futures::future::try_join_all(reads).await?;
+        Ok(per_shard.into_iter().flatten().min())
     }
 }

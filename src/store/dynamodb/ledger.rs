@@ -1,7 +1,16 @@
 //! The ledger table: one entry per money movement, keyed by its idempotency key.
 //!
-//! Item: `pk` = `{account}#{shard}`, `sk` = idempotency key, `currency`, `amount_minor` (signed),
-//! `reference`, `posted_at_ms`. The shard of a payment's entries is decided once, when it is paid,
+//! Item: `pk` = `{account}#{shard}`, `sk` = `{movement time:013}#{idempotency key}` (the time
+//! recorded on the payment when the movement was made, so a retry writes the same key; entries
+//! made before times were recorded keep the bare key, which sorts after every timed one),
+//! `currency`, `amount_minor` (signed), `reference`, `posted_at_ms`.
+//!
+//! Balances read O(shards + recent entries), not O(history): each shard has a checkpoint item
+//! (`sk` = `#checkpoint`, sorting before every entry) holding the totals of every entry up to its
+//! `through` sort key. A read sums the checkpoint and the entries after it; a read that finds
+//! many entries after it rolls the checkpoint forward, to a time before every claim still in
+//! progress (every movement not yet posted belongs to one and is timed after it was taken), with
+//! a conditional write on the checkpoint's version, so an entry is never counted twice or lost. The shard of a payment's entries is decided once, when it is paid,
 //! and recorded on the payment ([`crate::ledger::Posting::shard`]), so one busy account's writes
 //! spread over the layout's partitions and a retry always finds the entry it may have written.
 //!
@@ -9,13 +18,69 @@
 //! `#layout`, `ledger_shards`, `index_shards`. No account key can equal it: an account's keys end
 //! in `#{digits}`.
 
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{AccountId, Currency, IdempotencyKey, Reference};
-use crate::ledger::{Ledger, Layout, PostOutcome, Posting};
+use crate::ledger::{Balance, Ledger, Layout, PostOutcome, Posting};
 use crate::store::StoreError;
 
 const LAYOUT_KEY: &str = "#layout";
+
+const CHECKPOINT: &str = "#checkpoint";
+/// A read that finds this many entries after a shard's checkpoint rolls it forward.
+const ROLL_AFTER: usize = 256;
+/// Checkpoints stay this far behind now: the claim index a roll consults is eventually
+/// consistent (its lag is well under a second) and machines' clocks differ a little.
+const ROLL_MARGIN_MS: i64 = 60_000;
+
+/// The sort key of an entry: timed, or the bare key for an untimed (older) movement.
+fn entry_sk(at_ms: Option<i64>, key: &IdempotencyKey) -> String {
+    match at_ms {
+        Some(t) => format!("{:013}#{key}", t.max(0)),
+        None => key.to_string(),
+    }
+}
+
+/// The time and key of an entry's sort key.
+fn parse_sk(sk: &str) -> (Option<i64>, IdempotencyKey) {
+    match sk.split_once('#') {
+        Some((t, key)) if t.len() == 13 && t.bytes().all(|b| b.is_ascii_digit()) => {
+            (t.parse().ok(), IdempotencyKey::from_stored(key.to_owned()))
+        }
+        _ => (None, IdempotencyKey::from_stored(sk.to_owned())),
+    }
+}
+
+/// A shard's checkpoint: totals of every entry whose sort key is at most `through`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Checkpoint {
+    through: Option<String>,
+    totals: BTreeMap<Currency, i64>,
+    entries: u64,
+    version: i64,
+}
+
+fn to_checkpoint(item: &Item, table: &str) -> Result<Checkpoint, StoreError> {
+    let r = Reader::new(item, table);
+    let mut totals = BTreeMap::new();
+    if let Some(AttributeValue::M(m)) = item.get("totals") {
+        for (code, v) in m {
+            let c = Currency::parse(code).map_err(|_| r.corrupt("totals currency"))?;
+            let amount = v.as_n().ok().and_then(|n| n.parse::<i64>().ok()).ok_or_else(|| r.corrupt("totals amount"))?;
+            totals.insert(c, amount);
+        }
+    }
+    Ok(Checkpoint {
+        through: r.opt_str("through").map(str::to_owned),
+        totals,
+        entries: u64::try_from(r.opt_num("entries")?.unwrap_or(0)).map_err(|_| r.corrupt("entries"))?,
+        version: r.opt_num("version")?.unwrap_or(0),
+    })
+}
 
 fn to_posting(item: &Item, table: &str) -> Result<Posting, StoreError> {
     let r = Reader::new(item, table);
@@ -24,10 +89,12 @@ fn to_posting(item: &Item, table: &str) -> Result<Posting, StoreError> {
         .rsplit_once('#')
         .and_then(|(_, shard)| shard.parse().ok())
         .ok_or_else(|| r.corrupt("pk has no shard"))?;
+    let (at_ms, key) = parse_sk(r.str("sk")?);
     Ok(Posting {
-        key: IdempotencyKey::from_stored(r.str("sk")?.to_owned()),
+        key,
         account: r.parsed("account", AccountId::parse)?,
         shard,
+        at_ms,
         currency: r.parsed("currency", Currency::parse)?,
         amount_minor: r.num("amount_minor")?,
         reference: r.parsed("reference", Reference::parse)?,
@@ -58,7 +125,7 @@ impl Ledger for DynamoStore {
             .put_item()
             .table_name(table)
             .item("pk", s(ledger_pk(&posting.account, posting.shard)))
-            .item("sk", s(posting.key.as_str()))
+            .item("sk", s(entry_sk(posting.at_ms, &posting.key)))
             .item("account", s(posting.account.as_str()))
             .item("currency", s(posting.currency.as_str()))
             .item("amount_minor", n(posting.amount_minor))
@@ -141,26 +208,148 @@ impl Ledger for DynamoStore {
     }
 
     async fn entries(&self, account: &AccountId) -> Result<Vec<Posting>, StoreError> {
-        let table = &self.tables.ledger;
         let layout = self.layout().await?;
         let mut postings = Vec::new();
         for shard in 0..layout.ledger_shards.max(1) {
-            let mut pages = self
-                .client
-                .query()
-                .table_name(table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(ledger_pk(account, shard)))
-                .consistent_read(true)
-                .into_paginator()
-                .items()
-                .send();
-            while let Some(item) = pages.next().await {
-                let item = item.map_err(|e| unavailable("Query", table, e))?;
-                postings.push(to_posting(&item, table)?);
-            }
+            postings.extend(self.entries_after(account, shard, CHECKPOINT, None).await?);
         }
         postings.sort_by(|a, b| (a.posted_at_ms, &a.key).cmp(&(b.posted_at_ms, &b.key)));
         Ok(postings)
+    }
+
+    async fn balance(&self, account: &AccountId) -> Result<Balance, StoreError> {
+        let layout = self.layout().await?;
+        let shards = (0..layout.ledger_shards.max(1)).map(|shard| self.shard_balance(account, shard));
+        let mut balance = Balance { account: account.clone(), balances: BTreeMap::new(), entries: 0 };
+        for (totals, entries) in futures::future::try_join_all(shards).await? {
+            for (currency, amount) in totals {
+                let sum = balance.balances.entry(currency).or_insert(0);
+                *sum = sum.checked_add(amount).ok_or_else(|| StoreError::Corrupt {
+                    table: self.tables.ledger.clone(),
+                    key: account.to_string(),
+                    reason: format!("the {currency} balance overflows"),
+                })?;
+            }
+            balance.entries += entries;
+        }
+        Ok(balance)
+    }
+}
+
+impl DynamoStore {
+    /// Entries of one shard with a sort key after `after` (and at most `through`), in order.
+    async fn entries_after(&self, account: &AccountId, shard: u32, after: &str, through: Option<&str>) -> Result<Vec<Posting>, StoreError> {
+        let table = &self.tables.ledger;
+        let query = self
+            .client
+            .query()
+            .table_name(table)
+            .expression_attribute_values(":pk", s(ledger_pk(account, shard)))
+            .expression_attribute_values(":after", s(after))
+            .consistent_read(true);
+        let query = match through {
+            Some(t) => query
+                .key_condition_expression("pk = :pk AND sk BETWEEN :after AND :through")
+                .expression_attribute_values(":through", s(t)),
+            None => query.key_condition_expression("pk = :pk AND sk > :after"),
+        };
+        let mut pages = query.into_paginator().items().send();
+        let mut postings = Vec::new();
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(|e| unavailable("Query", table, e))?;
+            // BETWEEN includes `after`: the checkpoint's own bound was counted already.
+            if Reader::new(&item, table).opt_str("sk") == Some(after) {
+                continue;
+            }
+            postings.push(to_posting(&item, table)?);
+        }
+        Ok(postings)
+    }
+
+    async fn checkpoint(&self, account: &AccountId, shard: u32) -> Result<Checkpoint, StoreError> {
+        let table = &self.tables.ledger;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(ledger_pk(account, shard)))
+            .key("sk", s(CHECKPOINT))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        out.item.map_or(Ok(Checkpoint::default()), |i| to_checkpoint(&i, table))
+    }
+
+    /// One shard's totals and entry count: its checkpoint plus the entries after it. Rolls the
+    /// checkpoint forward when many entries follow it (best effort: a failed roll only means
+    /// the next read does it).
+    async fn shard_balance(&self, account: &AccountId, shard: u32) -> Result<(BTreeMap<Currency, i64>, u64), StoreError> {
+        let cp = self.checkpoint(account, shard).await?;
+        let recent = self.entries_after(account, shard, cp.through.as_deref().unwrap_or(CHECKPOINT), None).await?;
+        let mut totals = cp.totals.clone();
+        for p in &recent {
+            let sum = totals.entry(p.currency).or_insert(0);
+            *sum = sum.checked_add(p.amount_minor).ok_or_else(|| StoreError::Corrupt {
+                table: self.tables.ledger.clone(),
+                key: ledger_pk(account, shard),
+                reason: "a balance overflows".into(),
+            })?;
+        }
+        if recent.len() >= ROLL_AFTER {
+            if let Err(e) = self.roll_checkpoint(account, shard, &cp).await {
+                tracing::warn!(account = %account, shard, error = %e, "ledger checkpoint not rolled; the next read tries again");
+            }
+        }
+        Ok((totals, cp.entries + recent.len() as u64))
+    }
+
+    /// Rolls a shard's checkpoint forward to just before the oldest claim still in progress
+    /// (and a margin before now), from `cp` as read: the write is conditioned on its version, so
+    /// of two concurrent rolls one wins and no entry is counted twice.
+    async fn roll_checkpoint(&self, account: &AccountId, shard: u32, cp: &Checkpoint) -> Result<bool, StoreError> {
+        let table = &self.tables.ledger;
+        let mut watermark = crate::domain::now_ms() - ROLL_MARGIN_MS;
+        if let Some(oldest) = self.oldest_claim_created_ms().await? {
+            watermark = watermark.min(oldest - 1);
+        }
+        // `$` sorts right after `#`: every entry timed at or before the watermark is below it.
+        let through = format!("{:013}$", watermark.max(0));
+        let after = cp.through.clone().unwrap_or_else(|| CHECKPOINT.to_owned());
+        if through <= after {
+            return Ok(false);
+        }
+        let rolled = self.entries_after(account, shard, &after, Some(&through)).await?;
+        let mut totals = cp.totals.clone();
+        for p in &rolled {
+            let sum = totals.entry(p.currency).or_insert(0);
+            *sum = sum.checked_add(p.amount_minor).ok_or_else(|| StoreError::Corrupt {
+                table: table.clone(),
+                key: ledger_pk(account, shard),
+                reason: "a balance overflows".into(),
+            })?;
+        }
+        let totals_value = AttributeValue::M(totals.iter().map(|(c, a)| (c.to_string(), n(*a))).collect());
+        let update = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(ledger_pk(account, shard)))
+            .key("sk", s(CHECKPOINT))
+            .update_expression("SET through = :t, totals = :m, entries = :n, version = :v1")
+            .expression_attribute_values(":t", s(through))
+            .expression_attribute_values(":m", totals_value)
+            .expression_attribute_values(":n", n(i64::try_from(cp.entries + rolled.len() as u64).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":v1", n(cp.version + 1));
+        let update = if cp.version == 0 {
+            update.condition_expression("attribute_not_exists(version)")
+        } else {
+            update.condition_expression("version = :v0").expression_attribute_values(":v0", n(cp.version))
+        };
+        match update.send().await {
+            Ok(_) => Ok(true),
+            // Another read rolled it first: its checkpoint stands.
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| false),
+        }
     }
 }

@@ -71,6 +71,7 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
             .opt_num("ledger_shard")?
             .map(|v| u32::try_from(v).map_err(|_| r.corrupt("ledger_shard out of range")))
             .transpose()?,
+        credit_at_ms: r.opt_num("credit_at_ms")?,
         history,
         created_at_ms: r.opt_num("created_at_ms")?.unwrap_or(0),
         updated_at_ms: r.opt_num("updated_at_ms")?.unwrap_or(0),
@@ -213,7 +214,7 @@ impl DynamoStore {
             .update_expression(format!(
                 "SET #status = :to, provider = :prov, #reference = :ref, {}, \
                  refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
-                 ledger_shard = if_not_exists(ledger_shard, :shard), \
+                 ledger_shard = if_not_exists(ledger_shard, :shard), credit_at_ms = :now, \
                  created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
                  history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
                 sets.join(", ")

@@ -49,7 +49,7 @@ pub const IDEMPOTENCY: TableDef = TableDef {
         hash_key: "open",
         range_key: "lease_expires_at_ms",
         range_is_number: true,
-        projected: &["status", "owner", "fingerprint"],
+        projected: &["status", "owner", "fingerprint", "created_at_ms"],
     }],
     ttl_attribute: Some("expires_at_s"),
 };

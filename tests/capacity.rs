@@ -1,0 +1,110 @@
+//! Scale, as structure: the capacity model (`payhook capacity`) on a small scenario against
+//! dynalite: no index key shared by every delivery, write units per delivery within targets,
+//! indexes that never carry a body, and balance reads bounded by shards and recent entries, not
+//! by history.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use payhook::cli::capacity::{classes, scenario, Model};
+use payhook::domain::{AccountId, Currency, IdempotencyKey, Reference};
+use payhook::idempotency::{ClaimOutcome, Claims};
+use payhook::ledger::{Layout, Ledger, Posting};
+use payhook::store::dynamodb::capacity::{CapacityRecorder, Totals};
+use payhook::store::dynamodb::schema::ALL;
+use payhook::store::dynamodb::DynamoStore;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets() {
+    // GIVEN the model over fresh tables with the production layout (32 index shards)
+    let base = store("capacity").await;
+    let mut model = Model::new(&base, &unique_prefix("capmodel"), &config(30_000), 11).await.unwrap();
+
+    // WHEN new deliveries and duplicates of 4 KB bodies, and a mixed scenario, run through it
+    let per = classes(&mut model, 4_096, 6).await.unwrap();
+    let wide = scenario(&mut model, "wide", 10_000.0, 10_000, 0.3, 80).await.unwrap();
+    let hot = scenario(&mut model, "one account", 1_000.0, 1, 0.0, 40).await.unwrap();
+
+    // THEN a new 4 KB delivery costs at most 12 write units and a duplicate at most 5
+    let (new, dup) = (&per[0], &per[1]);
+    assert!(new.write_units <= 12.0, "new 4 KB: {new:?}");
+    assert!(dup.write_units <= 5.0, "duplicate 4 KB: {dup:?}");
+    // AND every key many deliveries write is one of a family spread over shards, each shard
+    // well under DynamoDB's 1,000 write units/s at 10,000 deliveries/s and at 1,000 credits/s
+    for s in [&wide, &hot] {
+        assert!(s.within_key_limit, "{s:?}");
+        for h in &s.hottest {
+            assert!(h.keys_in_family >= 4, "{}: {} {} is not sharded", s.name, h.target, h.key);
+        }
+    }
+    let layout = model.store.layout().await.unwrap();
+    assert_eq!(layout.index_shards, Layout::DEFAULT_INDEX_SHARDS);
+}
+
+#[test]
+fn indexes_never_project_a_body() {
+    for table in ALL {
+        for ix in table.indexes {
+            assert!(!ix.projected.iter().any(|a| *a == "raw_body" || *a == "body_z"), "{}/{}", table.role, ix.name);
+        }
+    }
+}
+
+fn ngn() -> Currency {
+    Currency::parse("NGN").unwrap()
+}
+
+async fn post(store: &DynamoStore, account: &AccountId, i: usize, at_ms: i64, amount: i64) {
+    let key = IdempotencyKey::from_stored(format!("generic:payment:cp_{i}"));
+    let posting = Posting {
+        shard: Layout::default().place(&key),
+        at_ms: Some(at_ms),
+        key,
+        account: account.clone(),
+        currency: ngn(),
+        amount_minor: amount,
+        reference: Reference::parse(&format!("cp_{i}")).unwrap(),
+        posted_at_ms: at_ms,
+    };
+    store.post(&posting).await.unwrap();
+}
+
+/// Read units of one balance read, costed from the items it returned.
+async fn balance_read_units(base: &DynamoStore, account: &AccountId) -> (i64, u64, f64) {
+    let recorder = CapacityRecorder::new(base.client().clone(), base.tables().clone());
+    let recorded = store_with(base, sdk_builder().interceptor(recorder.clone()));
+    let b = recorded.balance(account).await.unwrap();
+    let units = Totals::of(&recorder.take()).read_units;
+    (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries, units)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balance_read_costs_shards_plus_recent_entries_not_history() {
+    // GIVEN an account with 2,000 entries made ten minutes ago, and a claim in progress now
+    let store = store("checkpoint").await;
+    let acct = AccountId::parse("w_busy").unwrap();
+    let old = payhook::domain::now_ms() - 600_000;
+    for i in 0..2_000 {
+        post(&store, &acct, i, old + i as i64, 10).await;
+    }
+    let key = IdempotencyKey::from_stored("generic:payment:in_flight".into());
+    let ClaimOutcome::Claimed { .. } = store.claim(&key, "{}", 60_000).await.unwrap() else { panic!("claim") };
+    let claimed_at = payhook::domain::now_ms();
+
+    // WHEN the balance is read twice (the first read finds many entries and rolls checkpoints)
+    let (first, n1, units1) = balance_read_units(&store, &acct).await;
+    let (second, n2, units2) = balance_read_units(&store, &acct).await;
+
+    // THEN both are exact, and the second reads checkpoints instead of 2,000 entries
+    assert_eq!((first, n1), (20_000, 2_000));
+    assert_eq!((second, n2), (20_000, 2_000));
+    assert!(units2 < 10.0, "second read: {units2} read units (first {units1})");
+    assert!(units1 > 5.0 * units2, "first {units1} vs second {units2}");
+
+    // AND an entry of the claim in progress, posted late with its time from after the claim
+    // was taken, is counted: the checkpoint stopped before the claim
+    post(&store, &acct, 9_999, claimed_at + 1, 7).await;
+    let (after, n3, _) = balance_read_units(&store, &acct).await;
+    assert_eq!((after, n3), (20_007, 2_001));
+}

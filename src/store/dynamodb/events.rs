@@ -187,7 +187,9 @@ impl DynamoStore {
             return Ok(vec![parts]);
         }
         let until = f.until_ms.unwrap_or_else(|| now_ms() + DAY_MS);
-        let since = f.since_ms.unwrap_or_else(|| until - self.settings.log_retention_s * 1000);
+        // Nothing older than the log's retention is there to read (TTL removed it).
+        let oldest = until - self.settings.log_retention_s * 1000 - DAY_MS;
+        let since = f.since_ms.map_or(oldest, |s| s.max(oldest));
         let shards = crate::ledger::Ledger::layout(self).await?.index_shards;
         Ok(match f.outcome {
             // Only outcomes that need attention are in the sparse outcome index; the others are

@@ -62,9 +62,17 @@ pub fn unique_prefix(name: &str) -> String {
 }
 
 /// An SDK config builder pointed at the test endpoint with dummy credentials.
+/// A client for the test endpoint. Timeouts are generous for a loaded 2-core machine, but a
+/// reply that never comes fails the test instead of hanging the suite.
 pub fn sdk_builder() -> aws_sdk_dynamodb::config::Builder {
+    let timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .operation_attempt_timeout(std::time::Duration::from_secs(30))
+        .operation_timeout(std::time::Duration::from_secs(120))
+        .build();
     aws_sdk_dynamodb::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
+        .timeout_config(timeouts)
         .endpoint_url(endpoint())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))

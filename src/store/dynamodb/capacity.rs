@@ -27,6 +27,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use serde::Serialize;
 
 use super::item::Item;
@@ -132,7 +133,8 @@ fn key_text(v: &AttributeValue) -> String {
     }
 }
 
-/// A write in flight: its table and key, and the item before it.
+/// A write in flight: its table and key, and the item before it. Kept in the request's own
+/// config bag, so concurrent writes through one client never see each other's.
 #[derive(Debug, Clone)]
 struct Pending {
     def: TableDef,
@@ -144,20 +146,23 @@ struct Pending {
     put: Option<Item>,
 }
 
+impl Storable for Pending {
+    type Storer = StoreReplace<Self>;
+}
+
 /// The interceptor. Needs a multi-thread tokio runtime: it reads item images synchronously
 /// (`block_in_place`) around each write.
 #[derive(Debug, Clone)]
 pub struct CapacityRecorder {
     images: Client,
     tables: Arc<TableNames>,
-    pending: Arc<Mutex<Option<Pending>>>,
     log: Arc<Mutex<Vec<Costed>>>,
 }
 
 impl CapacityRecorder {
     /// `images` reads item images; it must not carry this recorder.
     pub fn new(images: Client, tables: TableNames) -> Self {
-        CapacityRecorder { images, tables: Arc::new(tables), pending: Arc::default(), log: Arc::default() }
+        CapacityRecorder { images, tables: Arc::new(tables), log: Arc::default() }
     }
 
     /// The unrecorded client that reads images.
@@ -199,7 +204,7 @@ impl Intercept for CapacityRecorder {
         "payhook.CapacityRecorder"
     }
 
-    fn read_before_execution(&self, ctx: &BeforeSerializationInterceptorContextRef<'_>, _: &mut ConfigBag) -> Result<(), BoxError> {
+    fn read_before_execution(&self, ctx: &BeforeSerializationInterceptorContextRef<'_>, cfg: &mut ConfigBag) -> Result<(), BoxError> {
         let input = ctx.input();
         let (table, key, operation, put) = if let Some(p) = input.downcast_ref::<PutItemInput>() {
             let Some(def) = p.table_name().and_then(|t| self.def_of(t)) else { return Ok(()) };
@@ -214,15 +219,13 @@ impl Intercept for CapacityRecorder {
         };
         let Some(def) = self.def_of(&table) else { return Ok(()) };
         let old = self.read_image(&table, &key);
-        if let Ok(mut p) = self.pending.lock() {
-            *p = Some(Pending { def, table, key, old, operation, put });
-        }
+        cfg.interceptor_state().store_put(Pending { def, table, key, old, operation, put });
         Ok(())
     }
 
-    fn read_after_execution(&self, ctx: &FinalizerInterceptorContextRef<'_>, _: &RuntimeComponents, _: &mut ConfigBag) -> Result<(), BoxError> {
+    fn read_after_execution(&self, ctx: &FinalizerInterceptorContextRef<'_>, _: &RuntimeComponents, cfg: &mut ConfigBag) -> Result<(), BoxError> {
         let Some(out) = ctx.output_or_error() else { return Ok(()) };
-        if let Some(p) = self.pending.lock().ok().and_then(|mut p| p.take()) {
+        if let Some(p) = cfg.load::<Pending>().cloned() {
             let failed = out.is_err();
             let new = match (&p.put, failed, p.operation) {
                 (_, true, _) => p.old.clone(),

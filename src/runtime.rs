@@ -1,4 +1,5 @@
-//! Process start-up shared by the binaries: logging, and the SDK client built once.
+//! Process start-up shared by the binaries: the tokio runtime, logging, and the SDK client
+//! built once.
 
 use std::time::Duration;
 
@@ -28,6 +29,18 @@ pub fn init_tracing() {
 /// True inside the Lambda runtime.
 pub fn in_lambda() -> bool {
     std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
+}
+
+/// The tokio runtime of a binary. Inside Lambda one invocation runs at a time (the Runtime API
+/// hands out the next event only after the answer), so a current-thread runtime serves it with
+/// no worker threads to wake and no hand-offs between them (measured in docs/performance.md);
+/// elsewhere (`payhook serve`, the CLI, tests) a multi-thread runtime serves concurrent requests.
+pub fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    if in_lambda() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    }
 }
 
 /// True when the DynamoDB endpoint the SDK will use is plain `http://` (dynalite, DynamoDB

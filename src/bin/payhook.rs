@@ -24,10 +24,13 @@ async fn run() -> Result<(), CliError> {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     payhook::runtime::init_tracing();
-    match run().await {
+    let result = match payhook::runtime::tokio_runtime() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => Err(CliError::Other(format!("tokio runtime: {e}"))),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Usage(m)) => {
             eprintln!("error: {m}");

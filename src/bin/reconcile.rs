@@ -33,10 +33,13 @@ async fn run() -> Result<(), String> {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     runtime::init_tracing();
-    match run().await {
+    let result = match runtime::tokio_runtime() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => Err(format!("tokio runtime: {e}")),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -150,8 +150,11 @@ class RuntimeApi:
             def do_GET(self):
                 if self.path != "/2018-06-01/runtime/invocation/next":
                     return self.reply(404)
-                if api.first_next is None and api.pid is not None:
-                    api.first_next = (time.perf_counter(), sched_cpu_ms(api.pid))
+                if api.first_next is None:
+                    t = time.perf_counter()
+                    while api.pid is None:  # Popen has not returned yet in the other thread
+                        time.sleep(0.0001)
+                    api.first_next = (t, sched_cpu_ms(api.pid))
                 request_id, event = api.pending.get()
                 deadline = int(time.time() * 1000) + 30_000
                 self.reply(200, json.dumps(event).encode(), [

@@ -22,15 +22,20 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu  # noqa: E402
 
-# Component of a stack: the innermost frame matching one of these (first match in this order).
+# Component of a sample: the first of these (most specific first) that any frame of its stack
+# names; so "SDK orchestrator" is the SDK's own machinery once signing, endpoint resolution,
+# (de)serialisation and its HTTP client are counted apart. Kernel and allocation go by the leaf.
 COMPONENTS = [
     ("sigv4 signing (incl. SHA-256/HMAC)", r"aws_sigv4|sha2::|hmac::"),
     ("SDK endpoint resolution", r"endpoint_lib|ResolveEndpoint|resolve_endpoint"),
     ("SDK (de)serialisers, DynamoDB types", r"aws_sdk_dynamodb::protocol_serde|aws_smithy_json|aws_sdk_dynamodb::operation::.*(de)?ser"),
-    ("SDK orchestrator, interceptors, runtime plugins, config bag", r"aws_smithy_runtime|aws_runtime|aws_smithy_types|aws_types|aws_sdk_dynamodb"),
-    ("hyper client/server, http", r"hyper|^http::|httparse|h2::|axum|tower|lambda_runtime|lambda_http|matchit"),
-    ("tracing / logging", r"tracing"),
-    ("payhook (verify, parse, pipeline, EMF)", r"payhook"),
+    ("SDK HTTP client (hyper-util client, h1 client side)", r"aws_smithy_http_client|hyper_util::client|hyper::client|Http1Transaction>::parse.*Client|role::Client"),
+    ("SDK orchestrator, interceptors, runtime plugins, config bag", r"aws_smithy_runtime|aws_runtime|aws_smithy_types|aws_types|aws_sdk_dynamodb|aws_smithy_observability"),
+    ("payhook store/pipeline outside SDK calls", r"payhook::(store|pipeline|ledger|idempotency|eventlog)"),
+    ("tracing / logging (subscriber, spans, events; not the Instrumented wrapper)", r"tracing_subscriber|tracing_core|tracing::span|EnvFilter"),
+    ("payhook handler (verify, parse, answer, EMF)", r"payhook::(providers|metrics|domain|http)"),
+    ("Lambda runtime client, API Gateway event (de)serialisation", r"lambda_runtime|lambda_http|aws_lambda_events"),
+    ("axum/hyper server, http", r"hyper|^http::|httparse|axum|tower|matchit"),
     ("serde_json (outside the SDK)", r"serde"),
     ("tokio scheduler, I/O driver", r"tokio|mio::"),
 ]
@@ -44,6 +49,7 @@ def main():
     p.add_argument("--n", type=int, default=400)
     p.add_argument("--freq", type=int, default=4999)
     p.add_argument("--out", required=True)
+    p.add_argument("--reuse", action="store_true", help="analyse the perf.data of an earlier run again")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     data = os.path.join(a.out, f"{a.target}.{a.cls}.perf.data")
@@ -51,6 +57,12 @@ def main():
     run = uuid.uuid4().hex[:8]
     opts = argparse.Namespace(payhook=a.payhook, python=sys.executable, stderr=subprocess.DEVNULL)
     t = cpu.Target(a.target, opts, dict(os.environ))
+    if not a.reuse:
+        record(a, t, data, key, run)
+    analyse(a, data)
+
+
+def record(a, t, data, key, run):
     t.start()
     try:
         news = [cpu.delivery(run, i, key) for i in range(a.n)]
@@ -69,6 +81,9 @@ def main():
         rec.wait(60)
     finally:
         t.stop()
+
+
+def analyse(a, data):
     script = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym,dso", "--no-inline"], capture_output=True, text=True).stdout
     stacks = collections.Counter()
     stack = []
@@ -99,14 +114,15 @@ def main():
         if re.search(r"mi_|malloc|free|realloc|__rust_alloc|__rust_dealloc|_int_", leaf):
             comp["allocation (malloc/free)"] += c
             continue
+        syms = [re.sub(r" \[[^\]]*\]$", "", fr) for fr in frames]
         for name, pat in COMPONENTS:
-            if any(re.search(pat, fr) for fr in reversed(frames)):
+            if any(re.search(pat, fr) for fr in syms):
                 comp[name] += c
                 break
         else:
             comp["other (libc, std)"] += c
     print(f"{a.target} {a.cls}: {total} samples at {a.freq} Hz over {a.n} deliveries")
-    print("by component (innermost frame that names one; kernel and allocation by the leaf):")
+    print("by component (most specific component any frame names; kernel and allocation by the leaf):")
     for name, c in comp.most_common():
         print(f"  {c / total * 100:5.1f}%  {name}")
     print("top self frames:")

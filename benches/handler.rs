@@ -1,6 +1,10 @@
-//! Handler CPU overhead per delivery, excluding the SDK and all I/O: verify the Standard Webhooks
+//! Handler *logic* CPU per delivery, excluding the SDK and all I/O: verify the Standard Webhooks
 //! signature, strictly parse and normalise the body, take the pure decisions the pipeline takes
 //! on the store's answers, and serialise the answer body and the EMF metrics line.
+//!
+//! This is a small part of what a delivery costs the process: the whole-process CPU per delivery
+//! (HTTP or the Lambda runtime, the SDK's five DynamoDB round trips, allocation, syscalls) is
+//! measured by benches/cpu.py (`scripts/bench`), about a hundred times this figure.
 //!
 //! `cargo bench --bench handler`. Target: the `handler/total` median under 50 µs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

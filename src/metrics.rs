@@ -13,8 +13,6 @@
 
 use std::io::Write;
 
-use serde_json::{json, Map, Value};
-
 use crate::domain::ProviderId;
 use crate::eventlog::Outcome;
 
@@ -70,39 +68,40 @@ pub fn metric_name(outcome: Outcome) -> &'static str {
 
 /// The EMF line for one delivery (no trailing newline). `request_id` is added as a plain
 /// property (searchable in Logs Insights, not a dimension: it would explode cardinality).
+///
+/// Written directly into one string (every name here is a fixed ASCII identifier; only the
+/// request id is escaped, by serde_json): building it through a `serde_json::Value` map cost
+/// as much as the rest of the handler logic (docs/performance.md).
 pub fn emf_line(provider: ProviderId, result: Disposition, timestamp_ms: i64, request_id: Option<&str>) -> String {
-    let mut names: Vec<&'static str> = Vec::with_capacity(2);
-    let mut root = Map::new();
-    root.insert("Provider".into(), Value::from(provider.as_str()));
-    let dimensions = match result {
-        Disposition::Processed { outcome, took_over } => {
-            names.push(metric_name(outcome));
-            if took_over {
-                names.push("Takeovers");
-            }
-            json!([["Provider"]])
-        }
-        Disposition::Rejected(reason) => {
-            names.push("Rejected");
-            root.insert("Reason".into(), Value::from(reason.as_str()));
-            json!([["Provider", "Reason"]])
-        }
+    use std::fmt::Write as _;
+    let (names, reason): ([Option<&'static str>; 2], Option<&'static str>) = match result {
+        Disposition::Processed { outcome, took_over } => ([Some(metric_name(outcome)), took_over.then_some("Takeovers")], None),
+        Disposition::Rejected(reason) => ([Some("Rejected"), None], Some(reason.as_str())),
     };
-    for name in &names {
-        root.insert((*name).into(), Value::from(1));
+    let mut line = String::with_capacity(256);
+    let _ = write!(line, r#"{{"_aws":{{"Timestamp":{timestamp_ms},"CloudWatchMetrics":[{{"Namespace":"{NAMESPACE}","Dimensions":"#);
+    line.push_str(if reason.is_some() { r#"[["Provider","Reason"]]"# } else { r#"[["Provider"]]"# });
+    line.push_str(r#","Metrics":["#);
+    for (i, name) in names.iter().flatten().enumerate() {
+        if i > 0 {
+            line.push(',');
+        }
+        let _ = write!(line, r#"{{"Name":"{name}","Unit":"Count"}}"#);
+    }
+    let _ = write!(line, r#"]}}]}},"Provider":"{}""#, provider.as_str());
+    if let Some(reason) = reason {
+        let _ = write!(line, r#","Reason":"{reason}""#);
+    }
+    for name in names.iter().flatten() {
+        let _ = write!(line, r#","{name}":1"#);
     }
     if let Some(id) = request_id {
-        root.insert("RequestId".into(), Value::from(id));
+        line.push_str(r#","RequestId":"#);
+        // A string always serialises; the fallback keeps the line valid JSON regardless.
+        line.push_str(&serde_json::to_string(id).unwrap_or_else(|_| "null".to_owned()));
     }
-    let metrics: Vec<Value> = names.iter().map(|n| json!({ "Name": n, "Unit": "Count" })).collect();
-    root.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{ "Namespace": NAMESPACE, "Dimensions": dimensions, "Metrics": metrics }],
-        }),
-    );
-    Value::Object(root).to_string()
+    line.push('}');
+    line
 }
 
 /// Writes one EMF line to stdout in a single write. A failed write is ignored: metrics never
@@ -116,6 +115,7 @@ pub fn emit(provider: ProviderId, result: Disposition, timestamp_ms: i64, reques
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn parse(line: &str) -> Value {
         serde_json::from_str(line).unwrap()
@@ -181,5 +181,16 @@ mod tests {
             assert_eq!(directive["Dimensions"], json!([["Provider", "Reason"]]));
             assert_eq!(directive["Metrics"], json!([{ "Name": "Rejected", "Unit": "Count" }]));
         }
+    }
+
+    #[test]
+    fn a_request_id_is_escaped_and_every_line_is_one_json_object() {
+        let id = "a\"b\\c\n\u{1}é";
+        let line = emf_line(ProviderId::Flutterwave, Disposition::Processed { outcome: Outcome::Failed, took_over: false }, 9, Some(id));
+        assert!(!line.contains('\n'));
+        let v = parse(&line);
+        assert_eq!(v["RequestId"], id);
+        assert_eq!(v["Failed"], 1);
+        assert_eq!(v.as_object().unwrap().len(), 4, "{v}"); // _aws, Provider, Failed, RequestId
     }
 }

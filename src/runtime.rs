@@ -1,7 +1,9 @@
-//! Process start-up shared by the binaries: logging, and the SDK client built once.
+//! Process start-up shared by the binaries: the tokio runtime, logging, and the SDK client
+//! built once.
 
 use std::time::Duration;
 
+use aws_config::stalled_stream_protection::StalledStreamProtectionConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 
@@ -29,16 +31,47 @@ pub fn in_lambda() -> bool {
     std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some()
 }
 
+/// The tokio runtime of a binary. Inside Lambda one invocation runs at a time (the Runtime API
+/// hands out the next event only after the answer), so a current-thread runtime serves it with
+/// no worker threads to wake and no hand-offs between them (measured in docs/performance.md);
+/// elsewhere (`payhook serve`, the CLI, tests) a multi-thread runtime serves concurrent requests.
+pub fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    if in_lambda() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    }
+}
+
+/// True when the DynamoDB endpoint the SDK will use is plain `http://` (dynalite, DynamoDB
+/// Local): the standard endpoint variables, service-specific first, as the SDK reads them.
+fn endpoint_is_plain_http() -> bool {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").or_else(|_| std::env::var("AWS_ENDPOINT_URL"));
+    endpoint.is_ok_and(|e| e.trim().to_ascii_lowercase().starts_with("http://"))
+}
+
 /// One SDK client per process. Endpoint, region and credentials come from the standard chain
 /// (`AWS_ENDPOINT_URL_DYNAMODB` points it at dynalite or DynamoDB Local). Attempts are bounded
 /// so a stalled call fails inside the Lambda deadline and the provider retries.
+///
+/// Per-request work the service does not need is switched off (docs/performance.md has each
+/// saving): stalled-stream protection watches streaming bodies, and DynamoDB's are small JSON
+/// documents whose every attempt is already bounded by `operation_attempt_timeout`; an `http://`
+/// endpoint (local only) gets the SDK's own plain-HTTP client, so no TLS stack or root
+/// certificates are set up for it. Against AWS (https) the SDK's default HTTPS client is kept.
 pub async fn dynamo_store(config: &Config) -> DynamoStore {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(2))
         .operation_attempt_timeout(Duration::from_secs(3))
         .operation_timeout(Duration::from_secs(10))
         .build();
-    let sdk = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts).load().await;
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
+    if endpoint_is_plain_http() {
+        loader = loader.http_client(aws_smithy_http_client::Builder::new().build_http());
+    }
+    let sdk = loader.load().await;
     DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.tables.clone(), config.store)
 }
 

@@ -19,10 +19,18 @@ async fn run() -> Result<(), CliError> {
     cli::run(args.command, config.clone(), payhook::runtime::dynamo_store(&config).await).await
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// mimalloc: fewer instructions per allocation than glibc malloc, and the SDK, hyper and serde
+/// allocate on every request (docs/performance.md has the saving).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
     payhook::runtime::init_tracing();
-    match run().await {
+    let result = match payhook::runtime::tokio_runtime() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => Err(CliError::Other(format!("tokio runtime: {e}"))),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Usage(m)) => {
             eprintln!("error: {m}");

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Instructions per delivery of payhook (serve and Lambda path), counted by callgrind: stable on a
+noisy shared machine where CPU time is not, so each lever of docs/performance.md is measured
+with it.
+
+The target process (from benches/cpu.py) runs under `valgrind --tool=callgrind`; after a
+warm-up, for each class (new, duplicate, bad_signature) the counters are zeroed, N deliveries
+sent, and the counters dumped (`callgrind_control`). A running callgrind acts on a request when
+the program next runs code, so the zero takes effect as the class's first delivery arrives and
+the dump as one extra delivery of the same class arrives: each dump holds N deliveries. Prints
+JSON: instructions per delivery by target and class, and the dump files' paths
+(`callgrind_annotate FILE` reads them).
+
+  python3 benches/instructions.py --payhook target/profiling/payhook --n 200 --out target/bench/cg
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu  # noqa: E402
+
+
+def control(flag, pid):
+    return subprocess.Popen(["callgrind_control", flag, str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def totals(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {path}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--payhook", required=True)
+    p.add_argument("--targets", default="payhook-serve,payhook-lambda")
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--out", required=True, help="folder for the callgrind dumps")
+    p.add_argument("--label", default="")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    key = cpu.secret_key()
+    run = uuid.uuid4().hex[:8]
+    result = {"n": args.n, "label": args.label, "targets": {}}
+    for name in args.targets.split(","):
+        prefix = os.path.join(os.path.abspath(args.out), f"{args.label or 'run'}.{name}")
+        for old in glob.glob(prefix + ".*"):
+            os.remove(old)
+        opts = argparse.Namespace(payhook=args.payhook, python=sys.executable, stderr=subprocess.DEVNULL)
+        target = cpu.Target(name, opts, dict(os.environ))
+        base = target.command
+
+        def under_callgrind(port_or_api, base=base, prefix=prefix):
+            cmd, cwd = base(port_or_api)
+            return ["valgrind", "--tool=callgrind", "--dump-instr=no", "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={prefix}.%p"] + cmd, cwd
+
+        target.command = under_callgrind
+        target.start()
+        try:
+            pid = target.proc.pid
+            for i in range(args.warmup):
+                cpu.expect(target, "new", *target.send(*cpu.delivery(run + name + "w", i, key)))
+            news = [cpu.delivery(run + name, i, key) for i in range(args.n + 1)]
+            bads = [cpu.delivery(run + name + "b", i, key, bad=True) for i in range(args.n + 1)]
+            batches = {"new": news, "duplicate": news[: args.n] + [news[args.n]], "bad_signature": bads}
+            per = {}
+            for cls in cpu.CLASSES:
+                batch = batches[cls]
+                if cls == "duplicate":
+                    batch = news[: args.n + 1]  # all applied during "new"
+                z = control("-z", pid)
+                for h, b in batch[: args.n]:
+                    cpu.expect(target, cls, *target.send(h, b))
+                z.wait(60)
+                before = set(glob.glob(f"{prefix}.{pid}*"))
+                d = control("-d", pid)
+                time.sleep(0.2)
+                cpu.expect(target, cls, *target.send(*batch[args.n]))
+                d.wait(60)
+                new_files = sorted(set(glob.glob(f"{prefix}.{pid}*")) - before)
+                if not new_files:
+                    raise RuntimeError(f"callgrind wrote no dump for {name} {cls}")
+                per[cls] = {"instructions": totals(new_files[-1]) / args.n, "dump": new_files[-1]}
+                cpu.log(f"  {name:<15} {cls:<14} {per[cls]['instructions'] / 1e6:.3f} M instructions per delivery")
+            result["targets"][name] = per
+        finally:
+            target.stop()
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

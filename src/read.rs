@@ -39,7 +39,10 @@ pub enum ReadError {
 
 impl ReadError {
     pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        ReadError::Invalid { field, reason: reason.into() }
+        ReadError::Invalid {
+            field,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -59,14 +62,30 @@ pub struct BalanceView {
 
 /// The balance of `account`: its shards' checkpoints plus the entries after them (bounded by
 /// shards and recent entries, not by history). An account with no entry at all is unknown.
-pub async fn balance<S: Ledger>(store: &S, account: &AccountId, with_postings: bool) -> Result<BalanceView, ReadError> {
+pub async fn balance<S: Ledger>(
+    store: &S,
+    account: &AccountId,
+    with_postings: bool,
+) -> Result<BalanceView, ReadError> {
     let as_of_ms = now_ms();
     let balance = store.balance(account).await?;
     if balance.entries == 0 {
-        return Err(ReadError::NotFound { what: format!("account {account:?} (no ledger entries)") });
+        return Err(ReadError::NotFound {
+            what: format!("account {account:?} (no ledger entries)"),
+        });
     }
-    let postings = if with_postings { Some(store.entries(account).await?) } else { None };
-    Ok(BalanceView { account: balance.account, balances: balance.balances, entries: balance.entries, as_of_ms, postings })
+    let postings = if with_postings {
+        Some(store.entries(account).await?)
+    } else {
+        None
+    };
+    Ok(BalanceView {
+        account: balance.account,
+        balances: balance.balances,
+        entries: balance.entries,
+        as_of_ms,
+        postings,
+    })
 }
 
 /// One delivery as listed: everything but the body (bodies are provider payloads, read only by
@@ -122,15 +141,29 @@ pub struct PaymentView {
     pub next_cursor: Option<String>,
 }
 
-pub async fn payment<S: Payments + EventLog>(store: &S, provider: ProviderId, reference: &Reference) -> Result<PaymentView, ReadError> {
+pub async fn payment<S: Payments + EventLog>(
+    store: &S,
+    provider: ProviderId,
+    reference: &Reference,
+) -> Result<PaymentView, ReadError> {
     let Some(payment) = store.payment(provider, reference).await? else {
-        return Err(ReadError::NotFound { what: format!("payment {provider}/{reference}") });
+        return Err(ReadError::NotFound {
+            what: format!("payment {provider}/{reference}"),
+        });
     };
-    let filter = LogFilter { provider: Some(provider), reference: Some(reference.clone()), ..LogFilter::default() };
+    let filter = LogFilter {
+        provider: Some(provider),
+        reference: Some(reference.clone()),
+        ..LogFilter::default()
+    };
     let page = store.query(&filter, PAYMENT_DELIVERIES, None).await?;
     Ok(PaymentView {
         payment,
-        deliveries: page.deliveries.into_iter().map(|d| DeliveryView::of(d, false)).collect(),
+        deliveries: page
+            .deliveries
+            .into_iter()
+            .map(|d| DeliveryView::of(d, false))
+            .collect(),
         next_cursor: page.next.as_deref().map(Cursor::encode),
     })
 }
@@ -155,9 +188,15 @@ pub struct DeliveryQuery {
     pub with_bodies: bool,
 }
 
-pub async fn deliveries<S: EventLog>(store: &S, q: &DeliveryQuery) -> Result<DeliveriesPage, ReadError> {
+pub async fn deliveries<S: EventLog>(
+    store: &S,
+    q: &DeliveryQuery,
+) -> Result<DeliveriesPage, ReadError> {
     if q.limit == 0 || q.limit > MAX_PAGE {
-        return Err(ReadError::invalid("limit", format!("must be 1 to {MAX_PAGE}, got {}", q.limit)));
+        return Err(ReadError::invalid(
+            "limit",
+            format!("must be 1 to {MAX_PAGE}, got {}", q.limit),
+        ));
     }
     if let (Some(since), Some(until)) = (q.filter.since_ms, q.filter.until_ms) {
         if since >= until {
@@ -167,7 +206,11 @@ pub async fn deliveries<S: EventLog>(store: &S, q: &DeliveryQuery) -> Result<Del
     let after = q.cursor.as_deref().map(Cursor::decode).transpose()?;
     let page = store.query(&q.filter, q.limit, after.as_deref()).await?;
     Ok(DeliveriesPage {
-        deliveries: page.deliveries.into_iter().map(|d| DeliveryView::of(d, q.with_bodies)).collect(),
+        deliveries: page
+            .deliveries
+            .into_iter()
+            .map(|d| DeliveryView::of(d, q.with_bodies))
+            .collect(),
         next_cursor: page.next.as_deref().map(Cursor::encode),
     })
 }
@@ -214,8 +257,27 @@ mod tests {
         let c = Cursor::encode(&id);
         assert!(!c.contains(&id), "opaque: {c}");
         assert_eq!(Cursor::decode(&c).unwrap(), id);
-        for bad in ["", "d1.", "x", &id, "d1.!!!", &format!("d1.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("~"))] {
-            assert!(matches!(Cursor::decode(bad), Err(ReadError::Invalid { field: "cursor", .. })), "{bad:?}");
+        for bad in [
+            "",
+            "d1.",
+            "x",
+            &id,
+            "d1.!!!",
+            &format!(
+                "d1.{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("~")
+            ),
+        ] {
+            assert!(
+                matches!(
+                    Cursor::decode(bad),
+                    Err(ReadError::Invalid {
+                        field: "cursor",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
         }
     }
 }

@@ -71,7 +71,9 @@ impl ReadToken {
 
     pub fn new(token: &str) -> Option<Self> {
         let token = token.trim();
-        (token.len() >= Self::MIN_LEN).then(|| ReadToken { digest: Sha256::digest(token.as_bytes()).into() })
+        (token.len() >= Self::MIN_LEN).then(|| ReadToken {
+            digest: Sha256::digest(token.as_bytes()).into(),
+        })
     }
 
     pub fn matches(&self, presented: &str) -> bool {
@@ -96,28 +98,51 @@ pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
 
 /// The IAM caller API Gateway put in the request context, if any.
 fn iam_caller(req: &Request<Body>) -> Option<String> {
-    let Some(RequestContext::ApiGatewayV2(ctx)) = req.extensions().get::<RequestContext>() else { return None };
+    let Some(RequestContext::ApiGatewayV2(ctx)) = req.extensions().get::<RequestContext>() else {
+        return None;
+    };
     let iam = ctx.authorizer.as_ref()?.iam.as_ref()?;
-    [&iam.user_arn, &iam.caller_id].into_iter().flatten().find(|v| !v.trim().is_empty()).cloned()
+    [&iam.user_arn, &iam.caller_id]
+        .into_iter()
+        .flatten()
+        .find(|v| !v.trim().is_empty())
+        .cloned()
 }
 
 async fn authorize(State(app): State<Arc<App>>, req: Request<Body>, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let caller = match &app.read_access {
-        ReadAccess::Iam => match iam_caller(&req) {
-            Some(arn) => arn,
-            None => {
-                tracing::warn!(path, "read refused: no IAM caller identity (is the route's authorization AWS_IAM?)");
-                return error(StatusCode::FORBIDDEN, "forbidden", "reads need an IAM-authorized (SigV4-signed) request");
+        ReadAccess::Iam => {
+            match iam_caller(&req) {
+                Some(arn) => arn,
+                None => {
+                    tracing::warn!(path, "read refused: no IAM caller identity (is the route's authorization AWS_IAM?)");
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        "forbidden",
+                        "reads need an IAM-authorized (SigV4-signed) request",
+                    );
+                }
             }
-        },
+        }
         ReadAccess::Loopback => "loopback".to_owned(),
         ReadAccess::Token(token) => {
-            let presented = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+            let presented = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
             match presented {
                 None => {
-                    let mut res = error(StatusCode::UNAUTHORIZED, "unauthorized", "reads need Authorization: Bearer <token>");
-                    res.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+                    let mut res = error(
+                        StatusCode::UNAUTHORIZED,
+                        "unauthorized",
+                        "reads need Authorization: Bearer <token>",
+                    );
+                    res.headers_mut().insert(
+                        "www-authenticate",
+                        axum::http::HeaderValue::from_static("Bearer"),
+                    );
                     return res;
                 }
                 Some(t) if token.matches(t) => "bearer".to_owned(),
@@ -145,20 +170,37 @@ fn ok(value: &impl Serialize) -> Response {
 
 fn invalid(field: &str, message: impl Into<String>) -> Response {
     let body = json!({ "error": "invalid_field", "field": field, "message": message.into() });
-    (StatusCode::BAD_REQUEST, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn failed(e: ReadError) -> Response {
     match e {
-        ReadError::NotFound { what } => error(StatusCode::NOT_FOUND, "not_found", format!("{what} not found")),
+        ReadError::NotFound { what } => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        ),
         ReadError::Invalid { field, reason } => invalid(field, format!("{field} {reason}")),
         ReadError::Store(e @ StoreError::Unavailable { .. }) => {
             tracing::error!(error = ?e, "read failed");
-            error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "temporarily unable to read; retry")
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "temporarily unable to read; retry",
+            )
         }
         ReadError::Store(e @ StoreError::Corrupt { .. }) => {
             tracing::error!(error = ?e, "read found a malformed item");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "a stored item could not be read")
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "a stored item could not be read",
+            )
         }
     }
 }
@@ -173,9 +215,16 @@ async fn balance(State(app): State<Arc<App>>, Path(account): Path<String>) -> Re
     }
 }
 
-async fn payment(State(app): State<Arc<App>>, Path((provider, reference)): Path<(String, String)>) -> Response {
+async fn payment(
+    State(app): State<Arc<App>>,
+    Path((provider, reference)): Path<(String, String)>,
+) -> Response {
     let Some(provider_id) = ProviderId::parse(&provider) else {
-        return error(StatusCode::NOT_FOUND, "unknown_provider", format!("no provider named {provider:?}"));
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_provider",
+            format!("no provider named {provider:?}"),
+        );
     };
     let Ok(reference) = Reference::parse(&reference) else {
         return invalid("reference", "reference is not a payment reference");
@@ -188,7 +237,16 @@ async fn payment(State(app): State<Arc<App>>, Path((provider, reference)): Path<
 
 /// The parameters `GET /deliveries` reads; any other is refused, so a typo (`since=`) is a 400,
 /// not a silently unfiltered listing.
-const DELIVERY_PARAMS: [&str; 8] = ["provider", "reference", "event_id", "outcome", "since_ms", "until_ms", "limit", "cursor"];
+const DELIVERY_PARAMS: [&str; 8] = [
+    "provider",
+    "reference",
+    "event_id",
+    "outcome",
+    "since_ms",
+    "until_ms",
+    "limit",
+    "cursor",
+];
 
 /// Parses the query string of `GET /deliveries` into the query [`read::deliveries`] runs.
 pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, String)> {
@@ -197,7 +255,13 @@ pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, Strin
     let mut params: BTreeMap<&str, String> = BTreeMap::new();
     for (k, v) in &pairs {
         let Some(name) = DELIVERY_PARAMS.iter().find(|p| **p == k.as_str()) else {
-            return Err((k.clone(), format!("unknown parameter {k:?}; known: {}", DELIVERY_PARAMS.join(", "))));
+            return Err((
+                k.clone(),
+                format!(
+                    "unknown parameter {k:?}; known: {}",
+                    DELIVERY_PARAMS.join(", ")
+                ),
+            ));
         };
         if params.insert(name, v.clone()).is_some() {
             return Err((k.clone(), format!("{k} given twice")));
@@ -205,12 +269,21 @@ pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, Strin
     }
     let bad = |field: &str, why: String| (field.to_owned(), why);
     let int = |field: &'static str| -> Result<Option<i64>, (String, String)> {
-        params.get(field).map(|v| v.parse::<i64>().map_err(|_| bad(field, format!("{field} must be an integer (epoch ms)")))).transpose()
+        params
+            .get(field)
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| bad(field, format!("{field} must be an integer (epoch ms)")))
+            })
+            .transpose()
     };
     let filter = LogFilter {
         provider: params
             .get("provider")
-            .map(|p| ProviderId::parse(p).ok_or_else(|| bad("provider", format!("unknown provider {p:?}"))))
+            .map(|p| {
+                ProviderId::parse(p)
+                    .ok_or_else(|| bad("provider", format!("unknown provider {p:?}")))
+            })
             .transpose()?,
         reference: params
             .get("reference")
@@ -219,22 +292,33 @@ pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, Strin
         event_id: params.get("event_id").filter(|e| !e.is_empty()).cloned(),
         outcome: params
             .get("outcome")
-            .map(|o| Outcome::parse(o).ok_or_else(|| bad("outcome", format!("unknown outcome {o:?}"))))
+            .map(|o| {
+                Outcome::parse(o).ok_or_else(|| bad("outcome", format!("unknown outcome {o:?}")))
+            })
             .transpose()?,
         since_ms: int("since_ms")?,
         until_ms: int("until_ms")?,
     };
     let limit = match params.get("limit") {
         None => read::DEFAULT_PAGE,
-        Some(v) => v.parse::<usize>().map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
     };
-    Ok(DeliveryQuery { filter, limit, cursor: params.get("cursor").cloned(), with_bodies: false })
+    Ok(DeliveryQuery {
+        filter,
+        limit,
+        cursor: params.get("cursor").cloned(),
+        with_bodies: false,
+    })
 }
 
 /// `application/x-www-form-urlencoded` pairs, in order (repeats kept, so they can be refused).
 fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
     axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
-        &format!("/?{raw}").parse::<axum::http::Uri>().map_err(|e| e.to_string())?,
+        &format!("/?{raw}")
+            .parse::<axum::http::Uri>()
+            .map_err(|e| e.to_string())?,
     )
     .map(|q| q.0)
     .map_err(|e| e.body_text())
@@ -268,14 +352,26 @@ mod tests {
     #[test]
     fn delivery_queries_parse_and_refuse_unknown_or_repeated_parameters() {
         let q = delivery_query(Some("reference=pay_1&outcome=failed&since_ms=5&limit=7")).unwrap();
-        assert_eq!(q.filter.reference.as_ref().map(|r| r.as_str()), Some("pay_1"));
+        assert_eq!(
+            q.filter.reference.as_ref().map(|r| r.as_str()),
+            Some("pay_1")
+        );
         assert_eq!(q.filter.outcome, Some(Outcome::Failed));
         assert_eq!((q.filter.since_ms, q.limit), (Some(5), 7));
         assert_eq!(delivery_query(None).unwrap().limit, read::DEFAULT_PAGE);
         assert_eq!(delivery_query(Some("since=5")).unwrap_err().0, "since");
-        assert_eq!(delivery_query(Some("limit=1&limit=2")).unwrap_err().0, "limit");
+        assert_eq!(
+            delivery_query(Some("limit=1&limit=2")).unwrap_err().0,
+            "limit"
+        );
         assert_eq!(delivery_query(Some("limit=x")).unwrap_err().0, "limit");
-        assert_eq!(delivery_query(Some("outcome=nope")).unwrap_err().0, "outcome");
-        assert_eq!(delivery_query(Some("provider=nope")).unwrap_err().0, "provider");
+        assert_eq!(
+            delivery_query(Some("outcome=nope")).unwrap_err().0,
+            "outcome"
+        );
+        assert_eq!(
+            delivery_query(Some("provider=nope")).unwrap_err().0,
+            "provider"
+        );
     }
 }

@@ -88,11 +88,16 @@ impl std::fmt::Debug for ReadToken {
     }
 }
 
+/// The read routes (all `GET`), as template.yaml must declare them with `AWS_IAM`
+/// (tests/template.rs checks it from this list).
+pub const READ_ROUTES: [&str; 3] = ["/accounts/{account}/balance", "/payments/{provider}/{reference}", "/deliveries"];
+
 pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
+    let [balance_path, payment_path, deliveries_path] = READ_ROUTES;
     Router::new()
-        .route("/accounts/{account}/balance", get(balance))
-        .route("/payments/{provider}/{reference}", get(payment))
-        .route("/deliveries", get(deliveries))
+        .route(balance_path, get(balance))
+        .route(payment_path, get(payment))
+        .route(deliveries_path, get(deliveries))
         .route_layer(middleware::from_fn_with_state(app, authorize))
 }
 

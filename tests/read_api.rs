@@ -206,10 +206,19 @@ async fn every_read_route_answers_the_ledger_s_numbers_after_credits_refunds_and
         ("/payments/generic/never_seen", 404, "not_found"),
         ("/payments/acme/pay_1", 404, "unknown_provider"),
         ("/deliveries?since=1", 400, "invalid_field"),
-        ("/deliveries?limit=0", 400, "invalid_field"),
-        ("/deliveries?limit=501", 400, "invalid_field"),
+        ("/deliveries?reference=pay_1&limit=0", 400, "invalid_field"),
+        (
+            "/deliveries?reference=pay_1&limit=501",
+            400,
+            "invalid_field",
+        ),
         ("/deliveries?outcome=bogus", 400, "invalid_field"),
-        ("/deliveries?cursor=abc", 400, "invalid_field"),
+        (
+            "/deliveries?reference=pay_1&cursor=abc",
+            400,
+            "invalid_field",
+        ),
+        ("/deliveries?outcome=failed", 400, "invalid_field"),
         ("/deliveries?since_ms=10&until_ms=5", 400, "invalid_field"),
     ] {
         let r = send(&app, iam_get(path)).await;
@@ -360,6 +369,7 @@ async fn delivery_pages_neither_repeat_nor_skip_a_delivery() {
     // logged over the test layout's index shards
     let store = store("read_pages").await;
     let app = app(store.clone(), 30_000);
+    let since = payhook::domain::now_ms() - 60_000;
     for i in 0..17 {
         let body = payment_body(&format!("evt_p{i}"), "pay_many", "wallet_p", 10, "NGN");
         assert_eq!(send(&app, signed(&body)).await.status, 200);
@@ -383,10 +393,10 @@ async fn delivery_pages_neither_repeat_nor_skip_a_delivery() {
 
     // WHEN each listing is walked page by page with its cursor
     for (query, want) in [
-        ("reference=pay_many&limit=5", 17),
-        ("limit=4", 26),
-        ("outcome=replayed&limit=3", 16),
-        ("event_id=evt_p3&limit=1", 1),
+        ("reference=pay_many&limit=5".to_owned(), 17),
+        (format!("since_ms={since}&limit=4"), 26),
+        (format!("outcome=replayed&since_ms={since}&limit=3"), 16),
+        ("event_id=evt_p3&limit=1".to_owned(), 1),
     ] {
         let mut ids: Vec<String> = Vec::new();
         let mut cursor: Option<String> = None;

@@ -90,7 +90,11 @@ impl std::fmt::Debug for ReadToken {
 
 /// The read routes (all `GET`), as template.yaml must declare them with `AWS_IAM`
 /// (tests/template.rs checks it from this list).
-pub const READ_ROUTES: [&str; 3] = ["/accounts/{account}/balance", "/payments/{provider}/{reference}", "/deliveries"];
+pub const READ_ROUTES: [&str; 3] = [
+    "/accounts/{account}/balance",
+    "/payments/{provider}/{reference}",
+    "/deliveries",
+];
 
 pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
     let [balance_path, payment_path, deliveries_path] = READ_ROUTES;
@@ -253,8 +257,13 @@ const DELIVERY_PARAMS: [&str; 8] = [
     "cursor",
 ];
 
+/// A listing by time or outcome (no `reference`, no `event_id`) reads every index shard of
+/// every day it spans, so one request must name its window (`since_ms`, which also keeps the
+/// filter the same from page to page) and span at most this; older history is another window.
+pub const MAX_WINDOW_MS: i64 = 7 * 86_400_000;
+
 /// Parses the query string of `GET /deliveries` into the query [`read::deliveries`] runs.
-pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, String)> {
+pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (String, String)> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded_pairs(raw.unwrap_or("")).map_err(|m| ("query".to_owned(), m))?;
     let mut params: BTreeMap<&str, String> = BTreeMap::new();
@@ -310,6 +319,23 @@ pub fn delivery_query(raw: Option<&str>) -> Result<DeliveryQuery, (String, Strin
             .parse::<usize>()
             .map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
     };
+    if filter.reference.is_none() && filter.event_id.is_none() {
+        let Some(since) = filter.since_ms else {
+            return Err(bad(
+                "since_ms",
+                "since_ms is required unless reference or event_id is given".to_owned(),
+            ));
+        };
+        if filter.until_ms.unwrap_or(now_ms).saturating_sub(since) > MAX_WINDOW_MS {
+            return Err(bad(
+                "since_ms",
+                format!(
+                    "a listing by time or outcome spans at most {} days: set until_ms, or page through older windows",
+                    MAX_WINDOW_MS / 86_400_000
+                ),
+            ));
+        }
+    }
     Ok(DeliveryQuery {
         filter,
         limit,
@@ -330,7 +356,7 @@ fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 async fn deliveries(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Response {
-    let query = match delivery_query(raw.as_deref()) {
+    let query = match delivery_query(raw.as_deref(), crate::domain::now_ms()) {
         Ok(q) => q,
         Err((field, message)) => return invalid(&field, message),
     };
@@ -356,27 +382,34 @@ mod tests {
 
     #[test]
     fn delivery_queries_parse_and_refuse_unknown_or_repeated_parameters() {
-        let q = delivery_query(Some("reference=pay_1&outcome=failed&since_ms=5&limit=7")).unwrap();
+        let now = 1_764_670_000_000;
+        let q = |raw: &str| delivery_query(Some(raw), now);
+        let field = |raw: &str| q(raw).unwrap_err().0;
+        let got = q("reference=pay_1&outcome=failed&since_ms=5&limit=7").unwrap();
         assert_eq!(
-            q.filter.reference.as_ref().map(|r| r.as_str()),
+            got.filter.reference.as_ref().map(|r| r.as_str()),
             Some("pay_1")
         );
-        assert_eq!(q.filter.outcome, Some(Outcome::Failed));
-        assert_eq!((q.filter.since_ms, q.limit), (Some(5), 7));
-        assert_eq!(delivery_query(None).unwrap().limit, read::DEFAULT_PAGE);
-        assert_eq!(delivery_query(Some("since=5")).unwrap_err().0, "since");
-        assert_eq!(
-            delivery_query(Some("limit=1&limit=2")).unwrap_err().0,
-            "limit"
-        );
-        assert_eq!(delivery_query(Some("limit=x")).unwrap_err().0, "limit");
-        assert_eq!(
-            delivery_query(Some("outcome=nope")).unwrap_err().0,
-            "outcome"
-        );
-        assert_eq!(
-            delivery_query(Some("provider=nope")).unwrap_err().0,
-            "provider"
-        );
+        assert_eq!(got.filter.outcome, Some(Outcome::Failed));
+        assert_eq!((got.filter.since_ms, got.limit), (Some(5), 7));
+        assert_eq!(q("reference=r").unwrap().limit, read::DEFAULT_PAGE);
+        assert_eq!(field("since=5"), "since");
+        assert_eq!(field("reference=r&limit=1&limit=2"), "limit");
+        assert_eq!(field("limit=x"), "limit");
+        assert_eq!(field("outcome=nope"), "outcome");
+        assert_eq!(field("provider=nope"), "provider");
+        // By time or outcome: a named window of at most a week.
+        assert_eq!(field("outcome=failed"), "since_ms");
+        assert_eq!(delivery_query(None, now).unwrap_err().0, "since_ms");
+        let week_ago = now - MAX_WINDOW_MS;
+        assert!(q(&format!("outcome=failed&since_ms={week_ago}")).is_ok());
+        assert_eq!(field(&format!("since_ms={}", week_ago - 1)), "since_ms");
+        assert!(q(&format!(
+            "since_ms={}&until_ms={}",
+            week_ago - 5,
+            week_ago + 5
+        ))
+        .is_ok());
+        assert!(q("event_id=evt_1").is_ok());
     }
 }

@@ -71,7 +71,7 @@ pub async fn balance<S: Ledger>(
     let balance = store.balance(account).await?;
     if balance.entries == 0 {
         return Err(ReadError::NotFound {
-            what: format!("account {account:?} (no ledger entries)"),
+            what: format!("account {:?} (no ledger entries)", account.as_str()),
         });
     }
     let postings = if with_postings {

@@ -318,6 +318,14 @@ async fn reads_need_an_iam_identity_in_lambda_and_a_token_under_serve_with_read_
         assert_eq!(res.headers().get("www-authenticate").unwrap(), "Bearer");
         // AND an IAM identity is no substitute for the token there
         assert_eq!(send(&token, iam_get(path)).await.status, 401, "{path}");
+        // AND the scheme is case-insensitive, the token is not
+        let lower = Request::get(path)
+            .header("authorization", format!("bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(send(&token, lower).await.status, 200, "{path}");
+        let upper = plain_get(path, Some(&TOKEN.to_uppercase()));
+        assert_eq!(send(&token, upper).await.status, 403, "{path}");
     }
 
     // AND serve's access follows its address and flags

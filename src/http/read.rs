@@ -140,7 +140,10 @@ async fn authorize(State(app): State<Arc<App>>, req: Request<Body>, next: Next) 
                 .headers()
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
+                .and_then(|v| v.split_once(' '))
+                // The scheme is case-insensitive (RFC 9110); the token is not.
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim());
             match presented {
                 None => {
                     let mut res = error(

@@ -513,8 +513,18 @@ fn the_webhook_route_is_open_and_every_read_route_needs_aws_iam() {
             if e["Type"] == "HttpApi" || e["Type"] == "Api" {
                 let p = &e["Properties"];
                 let auth = p["Auth"]["Authorizer"].as_str().map(str::to_owned);
-                routes.push((e["Type"].as_str().unwrap().to_owned(), p["Method"].as_str().unwrap().to_owned(), p["Path"].as_str().unwrap().to_owned(), auth));
+                routes.push((e["Type"].as_str().unwrap().to_owned(), p["Method"].as_str().unwrap().to_owned(), p["Path"].as_str().unwrap().to_owned(), auth.clone()));
                 assert_eq!(p["ApiId"], json!({"Ref": "WebhookApi"}), "{name}: every route on the one HTTP API");
+                if auth.is_some() {
+                    // Reads share the webhook function: their own limits keep them from
+                    // crowding out deliveries.
+                    let limit = |k: &str| t.resolve(&p["RouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
+                    let default = |k: &str| t.resolve(&t.doc["Resources"]["WebhookApi"]["Properties"]["DefaultRouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
+                    for k in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
+                        let (read, all) = (limit(k), default(k));
+                        assert!(read.is_some() && read < all, "{name} {}: {k} {read:?} must be set below the API's {all:?}", p["Path"]);
+                    }
+                }
             }
         }
     }

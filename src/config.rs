@@ -8,6 +8,7 @@ use crate::providers::stripe::Stripe;
 use crate::providers::{Provider, Providers, SignatureError};
 use crate::store::dynamodb::{StoreSettings, TableNames};
 use crate::domain::{AccountId, ProviderId};
+use crate::http::ReadToken;
 
 /// Every environment variable payhook reads, with what it means. The template check asserts that
 /// template.yaml sets each one the functions need; keep this the only list.
@@ -22,6 +23,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_CLAIM_RETENTION_DAYS", "how long claims (and their stored responses) are kept"),
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
+    ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
     ("PAYHOOK_GENERIC_SECRETS", "Standard Webhooks secrets, space-separated (rotation)"),
     ("PAYHOOK_STRIPE_SECRETS", "Stripe endpoint secrets (whsec_…), space-separated (rotation)"),
     ("PAYHOOK_STRIPE_ACCOUNT_KEY", "metadata key of the account on Stripe objects (default account)"),
@@ -83,6 +85,8 @@ pub struct Config {
     pub adapters: AdapterSettings,
     /// Credited when a payment success names no account and its payment has none.
     pub default_account: Option<AccountId>,
+    /// The read routes' bearer token under `payhook serve --read-api`.
+    pub read_token: Option<ReadToken>,
 }
 
 /// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in
@@ -147,6 +151,15 @@ impl Config {
                 reason: "must be an account id (no control characters, at most 200 characters)",
             })?),
         };
+        let name = "PAYHOOK_READ_TOKEN";
+        let read_token = match get(name).filter(|v| !v.trim().is_empty()) {
+            None => None,
+            Some(v) => Some(ReadToken::new(&v).ok_or(ConfigError::Invalid {
+                name,
+                value: "<redacted>".into(),
+                reason: "must be at least 24 characters",
+            })?),
+        };
         let secrets = SECRET_VARS.into_iter().filter_map(|(p, name)| get(name).map(|v| (p, v))).collect();
         Ok(Config {
             tables: TableNames::from_env(&get),
@@ -158,6 +171,7 @@ impl Config {
             flutterwave_v4_secrets: get("PAYHOOK_FLUTTERWAVE_V4_SECRETS"),
             adapters: adapter_settings(&get)?,
             default_account,
+            read_token,
         })
     }
 
@@ -291,6 +305,16 @@ mod tests {
         assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "a..b")]).is_err());
         assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "my key")]).is_err());
         Ok(())
+    }
+
+    #[test]
+    fn a_read_token_is_optional_checked_and_never_shown() {
+        assert!(with(&[]).unwrap().read_token.is_none());
+        let c = with(&[("PAYHOOK_READ_TOKEN", "0123456789abcdef0123456789")]).unwrap();
+        assert!(c.read_token.as_ref().is_some_and(|t| t.matches("0123456789abcdef0123456789")));
+        assert!(!format!("{c:?}").contains("0123456789abcdef"));
+        let e = with(&[("PAYHOOK_READ_TOKEN", "tooshortsecret")]).unwrap_err();
+        assert!(!e.to_string().contains("tooshortsecret"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,10 @@
 //! - [`ledger`]: payment transitions and postings, and how a failed condition is judged.
 //! - [`eventlog`]: the append-only delivery log and its queries.
 //! - [`store`]: the only code that speaks DynamoDB ([`store::dynamodb`]), one module per table.
-//! - [`http`]: the axum router shared by `payhook serve` and the Lambda runtime.
+//! - [`read`]: balances, payments and delivery pages as the CLI prints them and the read API
+//!   serves them (one code path for both).
+//! - [`http`]: the axum router shared by `payhook serve` and the Lambda runtime: the webhook
+//!   route, and the authorized read routes ([`http::read`]).
 //! - [`reconcile`]: the backstop: stuck claims, open payments (asking the provider), failed deliveries.
 //! - [`replay`]: re-driving stored deliveries through the pipeline.
 //! - [`config`]: environment, read once.
@@ -61,6 +64,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod pipeline;
 pub mod providers;
+pub mod read;
 pub mod reconcile;
 pub mod replay;
 pub mod runtime;

@@ -1,13 +1,16 @@
 //! template.yaml checked against the code, offline: the env vars it sets (`config::ENV_VARS`),
-//! the tables it declares (`store::dynamodb::schema::ALL`), the IAM it grants (the DynamoDB
-//! calls in `src/store/dynamodb/*.rs`), the route it exposes, and `cfn-lint`.
+//! the tables it declares (`store::dynamodb::schema::ALL`, streams included), the IAM it grants
+//! (the DynamoDB calls in `src/store/dynamodb/*.rs`), the routes it exposes (the webhook open,
+//! `http::read::READ_ROUTES` behind AWS_IAM), the change-event pipes and their roles, and
+//! `cfn-lint`.
 //!
 //! Nothing here is a second list of tables, keys or variables: each check walks the code's own
 //! definition and looks the template up from it.
 //!
-//! The env rule: every name in `ENV_VARS` is set on the webhook function, no exceptions (a
-//! variable the function ignores in Lambda, like `PAYHOOK_LEASE_MS`, is still set, so the rule
-//! stays one line). Provider secrets are set through `!If [Has…, {{resolve:…}}, AWS::NoValue]`
+//! The env rule: every name in `ENV_VARS` is set on the webhook function (a variable the
+//! function ignores in Lambda, like `PAYHOOK_LEASE_MS`, is still set, so the rule stays one
+//! line), except those described "local: …" (`PAYHOOK_READ_TOKEN`), which no function may set:
+//! in Lambda reads are IAM-authorized, and a token there would be a second, weaker door. Provider secrets are set through `!If [Has…, {{resolve:…}}, AWS::NoValue]`
 //! and count as set.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -16,6 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use payhook::config::ENV_VARS;
+use payhook::http::read::READ_ROUTES;
 use payhook::domain::ProviderId;
 use payhook::store::dynamodb::schema::{TableDef, ALL};
 use serde_json::{json, Value};
@@ -173,6 +177,11 @@ fn reconcile_only(description: &str) -> bool {
     description.starts_with("reconciliation:")
 }
 
+/// Variables only `payhook serve` reads; never set in Lambda.
+fn local_only(description: &str) -> bool {
+    description.starts_with("local:")
+}
+
 /// Secrets by name: provider signing secrets and provider API keys (not `*_ACCOUNT_KEY`,
 /// which names a metadata field).
 fn is_secret(var: &str) -> bool {
@@ -194,7 +203,8 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
     for (name, f) in t.functions() {
         let env = t.env(f);
         let all = binary_of(f) == RECONCILE_BINARY;
-        let wanted: Vec<&(&str, &str)> = ENV_VARS.iter().filter(|(_, what)| all || !reconcile_only(what)).collect();
+        let wanted: Vec<&(&str, &str)> =
+            ENV_VARS.iter().filter(|(_, what)| !local_only(what) && (all || !reconcile_only(what))).collect();
         for (var, what) in &wanted {
             if !env.contains_key(*var) {
                 problems.push(format!("{name}: missing {var}  ({what})"));
@@ -203,6 +213,7 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
         for var in env.keys() {
             match ENV_VARS.iter().find(|(n, _)| n == var) {
                 None => problems.push(format!("{name}: sets {var}, which the code does not read (not in payhook::config::ENV_VARS)")),
+                Some((_, what)) if local_only(what) => problems.push(format!("{name}: sets {var}, which only `payhook serve` may read ({what})")),
                 Some((_, what)) if !all && reconcile_only(what) => {
                     problems.push(format!("{name}: sets {var}, which only {RECONCILE_BINARY} reads ({what})"))
                 }
@@ -358,6 +369,10 @@ fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
             }
             None => assert!(p.get("TimeToLiveSpecification").is_none(), "{what}: the schema sets no TTL on this table"),
         }
+        match def.stream {
+            Some(view) => assert_eq!(p["StreamSpecification"]["StreamViewType"], view, "{what}: stream"),
+            None => assert!(p.get("StreamSpecification").is_none(), "{what}: schema.rs declares no stream on this table"),
+        }
         assert_eq!(p["BillingMode"], "PAY_PER_REQUEST", "{what}: BillingMode");
         assert_eq!(p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true, "{what}: PITR");
         assert_eq!(p["DeletionProtectionEnabled"], true, "{what}: deletion protection");
@@ -489,25 +504,124 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
 // ------------------------------------------------------------------------------- API, outputs
 
 #[test]
-fn only_post_webhooks_provider_is_public_and_throttled_and_logged() {
+fn the_webhook_route_is_open_and_every_read_route_needs_aws_iam() {
     let t = Template::load();
     let mut routes = Vec::new();
     for (name, f) in t.functions() {
         assert!(f["Properties"].get("FunctionUrlConfig").is_none(), "{name}: no function URLs");
         for (_, e) in events(f) {
             if e["Type"] == "HttpApi" || e["Type"] == "Api" {
-                routes.push((e["Type"].clone(), e["Properties"]["Method"].clone(), e["Properties"]["Path"].clone()));
+                let p = &e["Properties"];
+                let auth = p["Auth"]["Authorizer"].as_str().map(str::to_owned);
+                routes.push((e["Type"].as_str().unwrap().to_owned(), p["Method"].as_str().unwrap().to_owned(), p["Path"].as_str().unwrap().to_owned(), auth.clone()));
+                assert_eq!(p["ApiId"], json!({"Ref": "WebhookApi"}), "{name}: every route on the one HTTP API");
+                if auth.is_some() {
+                    // Reads share the webhook function: their own limits keep them from
+                    // crowding out deliveries.
+                    let limit = |k: &str| t.resolve(&p["RouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
+                    let default = |k: &str| t.resolve(&t.doc["Resources"]["WebhookApi"]["Properties"]["DefaultRouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
+                    for k in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
+                        let (read, all) = (limit(k), default(k));
+                        assert!(read.is_some() && read < all, "{name} {}: {k} {read:?} must be set below the API's {all:?}", p["Path"]);
+                    }
+                }
             }
         }
     }
-    assert_eq!(routes, vec![(json!("HttpApi"), json!("POST"), json!("/webhooks/{provider}"))]);
+    // The webhook: providers cannot sign with IAM, their signature is the authentication.
+    let mut want = vec![("HttpApi".to_owned(), "POST".to_owned(), "/webhooks/{provider}".to_owned(), None)];
+    // Every read route the router serves, GET, with AWS_IAM; nothing else.
+    want.extend(READ_ROUTES.iter().map(|p| ("HttpApi".to_owned(), "GET".to_owned(), (*p).to_owned(), Some("AWS_IAM".to_owned()))));
+    routes.sort();
+    want.sort();
+    assert_eq!(routes, want);
     let apis: Vec<_> = t.of_type("AWS::Serverless::HttpApi").collect();
     assert_eq!(apis.len(), 1, "one HTTP API");
     let p = &apis[0].1["Properties"];
+    assert_eq!(p["Auth"]["EnableIamAuthorizer"], true, "routes can only name AWS_IAM with it enabled");
+    assert!(p["Auth"].get("DefaultAuthorizer").is_none(), "a default authorizer would close the webhook route to providers");
     assert!(p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_object());
     assert!(p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_object());
     assert!(p["AccessLogSettings"]["DestinationArn"].is_object(), "access logs go to a log group");
     assert!(t.of_type("AWS::Serverless::Api").next().is_none(), "no REST API");
+}
+
+// ------------------------------------------------------------------------------- change events
+
+/// `!GetAtt Logical.Attr` -> (Logical, Attr).
+fn get_att(v: &Value) -> Option<(&str, &str)> {
+    let a = v.get("Fn::GetAtt")?.as_array()?;
+    Some((a.first()?.as_str()?, a.get(1)?.as_str()?))
+}
+
+#[test]
+fn change_events_flow_from_the_streams_through_pipes_with_least_privilege_roles() {
+    let t = Template::load();
+    let buses: Vec<&String> = t.of_type("AWS::Events::EventBus").map(|(id, _)| id).collect();
+    assert_eq!(buses, ["PayhookEventBus"], "one bus");
+    let output = &t.doc["Outputs"]["PayhookEventBus"]["Value"];
+    assert_eq!(get_att(output), Some(("PayhookEventBus", "Arn")), "the bus is an output");
+
+    // Tables whose schema declares a stream, by logical id.
+    let streamed: BTreeMap<&str, TableDef> = ALL.iter().filter(|d| d.stream.is_some()).map(|d| (table_of(&t, d).0, *d)).collect();
+    assert!(!streamed.is_empty(), "schema.rs streams no table");
+    let pipes: Vec<(&String, &Value)> = t.of_type("AWS::Pipes::Pipe").collect();
+    let mut types = BTreeSet::new();
+    let mut sources = BTreeSet::new();
+    for (name, pipe) in &pipes {
+        let p = &pipe["Properties"];
+        let (table, attr) = get_att(&p["Source"]).unwrap_or_else(|| panic!("{name}: Source is not !GetAtt <table>.StreamArn"));
+        assert_eq!(attr, "StreamArn", "{name}");
+        assert!(streamed.contains_key(table), "{name}: reads {table}, whose schema declares no stream");
+        sources.insert(table);
+        assert_eq!(get_att(&p["Target"]), Some(("PayhookEventBus", "Arn")), "{name}: targets the bus");
+        let bus = &p["TargetParameters"]["EventBridgeEventBusParameters"];
+        assert_eq!(bus["Source"], "payhook", "{name}");
+        let detail_type = bus["DetailType"].as_str().unwrap_or_else(|| panic!("{name}: static DetailType"));
+        assert!(detail_type.starts_with("payhook."), "{name}: {detail_type}");
+        assert!(types.insert(detail_type.to_owned()), "{name}: {detail_type} twice");
+        let template = p["TargetParameters"]["InputTemplate"].as_str().unwrap_or_else(|| panic!("{name}: InputTemplate"));
+        assert!(template.contains(&format!(r#""type": "{detail_type}""#)), "{name}: detail.type is the detail type");
+        assert!(template.contains(r#"{"id": ""#), "{name}: detail.id first, for dedup");
+        let filters = one_or_many(&p["SourceParameters"]["FilterCriteria"]["Filters"]);
+        assert!(!filters.is_empty(), "{name}: no filter would put every stream record on the bus");
+        for f in filters {
+            let pattern: Value = serde_json::from_str(f["Pattern"].as_str().unwrap()).unwrap_or_else(|e| panic!("{name}: pattern is not JSON: {e}"));
+            assert!(pattern["eventName"].is_array(), "{name}: every filter names the stream event (INSERT/MODIFY)");
+        }
+        let stream = &p["SourceParameters"]["DynamoDBStreamParameters"];
+        assert!(stream["DeadLetterConfig"]["Arn"].is_object(), "{name}: undeliverable records go to a dead-letter queue");
+        assert!(stream["MaximumRetryAttempts"].as_i64().is_some_and(|n| n > 0), "{name}: bounded retries (else one bad record blocks its shard for 24 h)");
+
+        // The role: this stream, this bus, this dead-letter queue; nothing else, no wildcard.
+        let (role, _) = get_att(&p["RoleArn"]).unwrap_or_else(|| panic!("{name}: RoleArn is not !GetAtt <role>.Arn"));
+        let role = &t.resources()[role];
+        assert_eq!(role["Type"], "AWS::IAM::Role", "{name}");
+        let trust = &role["Properties"]["AssumeRolePolicyDocument"]["Statement"];
+        assert!(one_or_many(trust).iter().all(|s| s["Principal"]["Service"] == "pipes.amazonaws.com"), "{name}: only Pipes assumes its role");
+        assert!(role["Properties"].get("ManagedPolicyArns").is_none(), "{name}: no managed policies");
+        let dlq = &stream["DeadLetterConfig"]["Arn"];
+        for policy in one_or_many(&role["Properties"]["Policies"]) {
+            for st in one_or_many(&policy["PolicyDocument"]["Statement"]) {
+                assert_eq!(st["Effect"], "Allow", "{name}: {st}");
+                let resources = one_or_many(&st["Resource"]);
+                for action in one_or_many(&st["Action"]).iter().map(|a| a.as_str().unwrap()) {
+                    assert!(!action.contains('*'), "{name}: wildcard action {action}");
+                    let allowed = match action {
+                        "dynamodb:DescribeStream" | "dynamodb:GetRecords" | "dynamodb:GetShardIterator" | "dynamodb:ListStreams" => &p["Source"],
+                        "events:PutEvents" => &p["Target"],
+                        "sqs:SendMessage" => dlq,
+                        other => panic!("{name}: its role may {other}, which a stream-to-bus pipe never needs"),
+                    };
+                    assert!(resources.iter().all(|r| *r == allowed), "{name}: {action} on {resources:?}, want only {allowed}");
+                }
+            }
+        }
+    }
+    assert_eq!(sources, streamed.keys().copied().collect(), "every stream schema.rs declares feeds a pipe");
+    for required in ["payhook.payment.paid", "payhook.payment.failed", "payhook.refund.applied"] {
+        assert!(types.contains(required), "no pipe emits {required} (have {types:?})");
+    }
 }
 
 #[test]

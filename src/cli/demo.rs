@@ -10,7 +10,6 @@ use super::client::{post, provider_of, sign_headers, Reply};
 use super::{print_json, CliError};
 use crate::config::Config;
 use crate::domain::{now_ms, AccountId};
-use crate::ledger::Ledger;
 use crate::store::dynamodb::DynamoStore;
 
 fn step(name: &str, reply: &Reply) {
@@ -59,7 +58,7 @@ pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore)
     let applied: Value = serde_json::from_str(&first.body).unwrap_or(Value::Null);
     let account = applied.get("account").and_then(Value::as_str).unwrap_or_default();
     let account = AccountId::parse(account).map_err(|e| CliError::Other(format!("first delivery was not applied ({e}): {}", first.body)))?;
-    let balance = store.balance(&account).await?;
+    let balance = crate::read::balance(store, &account, false).await?;
     print_json(&json!({
         "first": first,
         "duplicate": duplicate,

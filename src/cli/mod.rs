@@ -14,9 +14,10 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
-use crate::eventlog::{EventLog, LogFilter, Outcome};
-use crate::http::App;
+use crate::eventlog::{LogFilter, Outcome};
+use crate::http::{App, ReadAccess};
 use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use crate::read::{self, DeliveryQuery};
 use crate::pipeline::Pipeline;
 use crate::store::dynamodb::{schema, DynamoStore};
 
@@ -29,10 +30,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the webhook router on a local address (the same router Lambda runs).
+    /// Serve the router on a local address (the same router Lambda runs). The read routes
+    /// (balances, payments, deliveries) answer only on a loopback address, unless `--read-api`
+    /// is given, which requires a bearer token in PAYHOOK_READ_TOKEN on every read.
     Serve {
         #[arg(long, default_value = "127.0.0.1:3000")]
         addr: SocketAddr,
+        /// Serve the read routes on any address, each read carrying
+        /// `Authorization: Bearer $PAYHOOK_READ_TOKEN`.
+        #[arg(long)]
+        read_api: bool,
     },
     /// Create the tables (idempotent), or print their schema.
     Tables {
@@ -52,7 +59,13 @@ pub enum Command {
         entries: bool,
     },
     /// Query the delivery log, newest first.
-    Events(EventsArgs),
+    Events {
+        #[command(flatten)]
+        args: EventsArgs,
+        /// Also print each delivery's raw body where the listing has it (by reference).
+        #[arg(long)]
+        bodies: bool,
+    },
     /// Registered payments.
     Payments {
         #[command(subcommand)]
@@ -186,6 +199,8 @@ pub enum CliError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Read(#[from] crate::read::ReadError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -226,7 +241,7 @@ impl EventsArgs {
 /// Runs one command with clients built once by the binary.
 pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
     match command {
-        Command::Serve { addr } => serve(addr, config, store).await,
+        Command::Serve { addr, read_api } => serve(addr, read_api, config, store).await,
         Command::Tables { action: TablesAction::Create } => print_json(&store.create_tables().await?),
         Command::Tables { action: TablesAction::Schema } => print_json(&serde_json::json!({
             "tables": schema::ALL.iter().map(|d| serde_json::json!({
@@ -245,24 +260,17 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         }
         Command::Balance { account, entries } => {
             let account = usage("account", AccountId::parse(&account))?;
-            let postings = store.entries(&account).await?;
-            let balance = crate::ledger::Balance::from_postings(account, &postings)
-                .map_err(|e| CliError::Other(e.to_string()))?;
-            if entries {
-                print_json(&serde_json::json!({ "account": balance.account, "balances": balance.balances,
-                    "entries": balance.entries, "postings": postings }))
-            } else {
-                print_json(&balance)
-            }
+            print_json(&read::balance(&store, &account, entries).await?)
         }
-        Command::Events(args) => {
-            let page = store.query(&args.filter()?, args.limit, args.cursor.as_deref()).await?;
+        Command::Events { args, bodies } => {
+            let query = DeliveryQuery { filter: args.filter()?, limit: args.limit, cursor: args.cursor.clone(), with_bodies: bodies };
+            let page = read::deliveries(&store, &query).await?;
             match args.format {
                 Format::Json => {
                     for d in &page.deliveries {
                         println!("{}", serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?);
                     }
-                    if let Some(next) = &page.next {
+                    if let Some(next) = &page.next_cursor {
                         eprintln!("more: --cursor {next}");
                     }
                     Ok(())
@@ -273,10 +281,10 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
                         println!(
                             "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
                             &d.id[..d.id.len().min(32)], d.provider, d.event_id, d.outcome, d.http_status,
-                            d.key.as_ref().map_or("-", |k| k.as_str())
+                            d.key.as_deref().unwrap_or("-")
                         );
                     }
-                    if let Some(next) = &page.next {
+                    if let Some(next) = &page.next_cursor {
                         eprintln!("more: --cursor {next}");
                     }
                     Ok(())
@@ -354,24 +362,32 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
         PaymentsAction::Show { provider: p, reference } => {
             let provider = provider(&p)?;
             let reference = usage("--reference", Reference::parse(&reference))?;
-            let payment = store.payment(provider, &reference).await?;
-            let filter = LogFilter { provider: Some(provider), reference: Some(reference), ..LogFilter::default() };
-            let deliveries = store.query(&filter, 100, None).await?.deliveries;
-            let deliveries: Vec<_> = deliveries
-                .iter()
-                .map(|d| serde_json::json!({"id": d.id, "event_id": d.event_id, "event_type": d.event_type,
-                    "outcome": d.outcome, "http_status": d.http_status, "received_at_ms": d.received_at_ms}))
-                .collect();
-            print_json(&serde_json::json!({ "payment": payment, "deliveries": deliveries }))
+            print_json(&read::payment(store, provider, &reference).await?)
         }
     }
 }
 
+/// Who may use the read routes of `payhook serve`: with `--read-api`, bearers of the token (and
+/// no token configured is an error, not an open door); without it, whoever can reach a loopback
+/// address, and nobody when listening on any other.
+pub fn serve_read_access(addr: SocketAddr, read_api: bool, config: &Config) -> Result<ReadAccess, CliError> {
+    match (read_api, &config.read_token) {
+        (true, Some(token)) => Ok(ReadAccess::Token(token.clone())),
+        (true, None) => Err(CliError::Usage("--read-api needs a bearer token in PAYHOOK_READ_TOKEN".into())),
+        (false, _) if addr.ip().is_loopback() => Ok(ReadAccess::Loopback),
+        (false, _) => Ok(ReadAccess::Off),
+    }
+}
+
 /// Serves the router on `addr` until Ctrl-C or SIGTERM.
-async fn serve(addr: SocketAddr, config: Config, store: DynamoStore) -> Result<(), CliError> {
-    let app = build_app(&config, store);
+async fn serve(addr: SocketAddr, read_api: bool, config: Config, store: DynamoStore) -> Result<(), CliError> {
+    let access = serve_read_access(addr, read_api, &config)?;
+    let mut app = build_app(&config, store);
+    if let Some(a) = Arc::get_mut(&mut app) {
+        a.read_access = access.clone();
+    }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving POST /webhooks/{{provider}}");
+    tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");
     eprintln!("payhook listening on http://{}", listener.local_addr()?);
     axum::serve(listener, crate::http::router(app))
         .with_graceful_shutdown(shutdown())
@@ -405,5 +421,8 @@ pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
         metrics: true,
+        // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
+        // authorizer) may read, until `serve` says otherwise.
+        read_access: ReadAccess::Iam,
     })
 }

@@ -147,6 +147,13 @@ impl IdempotencyKey {
         &self.0
     }
 
+    /// The operation named in the key (`{provider}:{operation}:{reference}`), if it names one.
+    pub fn operation(&self) -> Option<Operation> {
+        let (_, rest) = self.0.split_once(':')?;
+        let (op, _) = rest.split_once(':')?;
+        [Operation::Payment, Operation::Refund, Operation::RefundReversal].into_iter().find(|o| o.as_str() == op)
+    }
+
     /// For a refund reversal's key, the key of the refund it reverses.
     pub fn refund_of_reversal(&self) -> Option<IdempotencyKey> {
         let (provider, rest) = self.0.split_once(':')?;
@@ -293,6 +300,9 @@ mod tests {
         assert_eq!(k.as_str(), "generic:payment:pay_1");
         let k = IdempotencyKey::new(ProviderId::Stripe, Operation::Refund, &r);
         assert_eq!(k.as_str(), "stripe:refund:pay_1");
+        assert_eq!(k.operation(), Some(Operation::Refund));
+        assert_eq!(IdempotencyKey::from_stored("generic:refund_reversal:re_1".into()).operation(), Some(Operation::RefundReversal));
+        assert_eq!(IdempotencyKey::from_stored("nonsense".into()).operation(), None);
         Ok(())
     }
 }

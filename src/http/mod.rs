@@ -1,5 +1,10 @@
 //! HTTP adaptation: the axum router that both `payhook serve` and the Lambda runtime run.
-//! Request -> provider adapter (verify, normalise) -> pipeline -> response. No domain logic here.
+//! Webhooks: request -> provider adapter (verify, normalise) -> pipeline -> response. Reads
+//! ([`read`]): authorize -> [`crate::read`] -> JSON. No domain logic here.
+
+pub mod read;
+
+pub use read::{ReadAccess, ReadToken};
 
 use std::sync::Arc;
 
@@ -31,6 +36,8 @@ pub struct App {
     /// Write one CloudWatch EMF line per delivery to stdout ([`crate::metrics`]): on for the
     /// Lambda and `payhook serve`, off where stdout carries something else (in-process bench).
     pub metrics: bool,
+    /// Who may use the read routes ([`read`]).
+    pub read_access: ReadAccess,
 }
 
 impl App {
@@ -42,7 +49,10 @@ impl App {
 }
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new().route("/webhooks/{provider}", post(webhook)).with_state(app)
+    Router::new()
+        .route("/webhooks/{provider}", post(webhook))
+        .merge(read::routes(app.clone()))
+        .with_state(app)
 }
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {

@@ -3,7 +3,8 @@
 //! Item: `pk` = `{account}#{shard}`, `sk` = `{movement time:013}#{idempotency key}` (the time
 //! recorded on the payment when the movement was made, so a retry writes the same key; entries
 //! made before times were recorded keep the bare key, which sorts after every timed one),
-//! `currency`, `amount_minor` (signed), `reference`, `posted_at_ms`.
+//! `currency`, `amount_minor` (signed), `reference`, `posted_at_ms`, and for the change events `key`
+//! and `operation` (`payment`, `refund`, `refund_reversal`).
 //!
 //! Balances read O(shards + recent entries), not O(history): each shard has a checkpoint item
 //! (`sk` = `#checkpoint`, sorting before every entry) holding the totals of every entry up to its
@@ -120,7 +121,7 @@ fn ledger_pk(account: &AccountId, shard: u32) -> String {
 impl Ledger for DynamoStore {
     async fn post(&self, posting: &Posting) -> Result<PostOutcome, StoreError> {
         let table = &self.tables.ledger;
-        let result = self
+        let put = self
             .client
             .put_item()
             .table_name(table)
@@ -131,9 +132,16 @@ impl Ledger for DynamoStore {
             .item("amount_minor", n(posting.amount_minor))
             .item("reference", s(posting.reference.as_str()))
             .item("posted_at_ms", n(posting.posted_at_ms))
-            .condition_expression("attribute_not_exists(sk)")
-            .send()
-            .await;
+            // For the change events (the table's stream, filtered by an EventBridge Pipe): the
+            // key is the event's id, the operation its type. Both follow from the key, so a
+            // retry writes the same item.
+            .item("key", s(posting.key.as_str()))
+            .condition_expression("attribute_not_exists(sk)");
+        let put = match posting.key.operation() {
+            Some(op) => put.item("operation", s(op.as_str())),
+            None => put,
+        };
+        let result = put.send().await;
         match result {
             Ok(_) => Ok(PostOutcome::Posted),
             // The entry exists: an earlier attempt under this key posted it.

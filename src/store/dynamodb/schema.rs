@@ -35,6 +35,10 @@ pub struct TableDef {
     pub range_key: Option<&'static str>,
     pub indexes: &'static [IndexDef],
     pub ttl_attribute: Option<&'static str>,
+    /// The DynamoDB stream the change events are read from (`StreamViewType`), if any. Only
+    /// the deployed tables have it (template.yaml, checked against this); dynalite has no
+    /// streams, so `payhook tables create` leaves it out.
+    pub stream: Option<&'static str>,
 }
 
 pub const IDEMPOTENCY: TableDef = TableDef {
@@ -52,6 +56,7 @@ pub const IDEMPOTENCY: TableDef = TableDef {
         projected: &["status", "owner", "fingerprint", "created_at_ms"],
     }],
     ttl_attribute: Some("expires_at_s"),
+    stream: None,
 };
 
 pub const PAYMENTS: TableDef = TableDef {
@@ -69,6 +74,9 @@ pub const PAYMENTS: TableDef = TableDef {
     }],
     // Payments are financial records: no TTL.
     ttl_attribute: None,
+    // State changes (paid, failed, processing, refunded): a filter sees a transition only with
+    // the old image beside the new.
+    stream: Some("NEW_AND_OLD_IMAGES"),
 };
 
 pub const LEDGER: TableDef = TableDef {
@@ -78,6 +86,8 @@ pub const LEDGER: TableDef = TableDef {
     range_key: Some("sk"),
     indexes: &[],
     ttl_attribute: None,
+    // Money movements: entries are inserted once, so the new image is all there is.
+    stream: Some("NEW_IMAGE"),
 };
 
 pub const EVENTS: TableDef = TableDef {
@@ -95,6 +105,7 @@ pub const EVENTS: TableDef = TableDef {
         IndexDef { name: "by_outcome", hash_key: "outcome_bucket", range_key: "sk", range_is_number: false, projected: LISTING },
     ],
     ttl_attribute: Some("expires_at_s"),
+    stream: None,
 };
 
 pub const ALL: [TableDef; 4] = [IDEMPOTENCY, PAYMENTS, LEDGER, EVENTS];

@@ -1,0 +1,283 @@
+//! The read side: balances, payments and the delivery log as other services and operators see
+//! them. `payhook balance`, `payhook payments show` and `payhook events` print what these
+//! functions return, and the HTTP read routes ([`crate::http::read`]) answer with the same
+//! values, so a number on the wallet screen and a number an operator prints come from one code
+//! path.
+//!
+//! Nothing here writes money. A balance read may roll a ledger checkpoint forward (see
+//! `store/dynamodb/ledger.rs`): a conditional write of totals that are already true.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::Serialize;
+
+use crate::domain::{now_ms, AccountId, Currency, ProviderId, Reference};
+use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
+use crate::ledger::{Ledger, PaymentRecord, Payments, Posting};
+use crate::store::StoreError;
+
+/// How many deliveries a payment view lists (newest first); `next_cursor` pages further through
+/// [`deliveries`].
+pub const PAYMENT_DELIVERIES: usize = 20;
+/// Page size of a delivery listing when none is asked for, and the largest page served.
+pub const DEFAULT_PAGE: usize = 50;
+pub const MAX_PAGE: usize = 500;
+
+/// Why a read has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The thing asked for does not exist (a payment never seen, an account without entries).
+    #[error("{what} not found")]
+    NotFound { what: String },
+    /// A parameter that cannot be read (a bad cursor, a page size out of range, …).
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ReadError {
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        ReadError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// An account's balances per currency, as of `as_of_ms`: every entry posted before then is in
+/// it (the reads are strongly consistent). `entries` counts the movements summed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BalanceView {
+    pub account: AccountId,
+    pub balances: BTreeMap<Currency, i64>,
+    pub entries: u64,
+    pub as_of_ms: i64,
+    /// The entries themselves, when asked for (`payhook balance --entries`): this reads the
+    /// account's whole history, so the HTTP route never asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postings: Option<Vec<Posting>>,
+}
+
+/// The balance of `account`: its shards' checkpoints plus the entries after them (bounded by
+/// shards and recent entries, not by history). An account with no entry at all is unknown.
+pub async fn balance<S: Ledger>(
+    store: &S,
+    account: &AccountId,
+    with_postings: bool,
+) -> Result<BalanceView, ReadError> {
+    let as_of_ms = now_ms();
+    let balance = store.balance(account).await?;
+    if balance.entries == 0 {
+        return Err(ReadError::NotFound {
+            what: format!("account {:?} (no ledger entries)", account.as_str()),
+        });
+    }
+    let postings = if with_postings {
+        Some(store.entries(account).await?)
+    } else {
+        None
+    };
+    Ok(BalanceView {
+        account: balance.account,
+        balances: balance.balances,
+        entries: balance.entries,
+        as_of_ms,
+        postings,
+    })
+}
+
+/// One delivery as listed: everything but the body (bodies are provider payloads, read only by
+/// replay and by `payhook events --bodies`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryView {
+    pub id: String,
+    pub provider: ProviderId,
+    pub event_id: String,
+    pub event_type: String,
+    pub key: Option<String>,
+    pub reference: Option<Reference>,
+    pub outcome: Outcome,
+    pub http_status: u16,
+    pub received_at_ms: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redriven: Option<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_body: Option<String>,
+}
+
+impl DeliveryView {
+    fn of(d: Delivery, with_body: bool) -> Self {
+        DeliveryView {
+            id: d.id,
+            provider: d.provider,
+            event_id: d.event_id,
+            event_type: d.event_type,
+            key: d.key.map(|k| k.as_str().to_owned()),
+            reference: d.reference,
+            outcome: d.outcome,
+            http_status: d.http_status,
+            received_at_ms: d.received_at_ms,
+            replay_of: d.replay_of,
+            started_by: d.started_by,
+            redriven: d.redriven,
+            raw_body: if with_body { d.raw_body } else { None },
+        }
+    }
+}
+
+/// A payment: its state, money, refunded total and history as stored, and its latest
+/// deliveries (newest first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PaymentView {
+    pub payment: PaymentRecord,
+    pub deliveries: Vec<DeliveryView>,
+    /// More deliveries than listed: pass to [`deliveries`] with the payment's reference.
+    pub next_cursor: Option<String>,
+}
+
+pub async fn payment<S: Payments + EventLog>(
+    store: &S,
+    provider: ProviderId,
+    reference: &Reference,
+) -> Result<PaymentView, ReadError> {
+    let Some(payment) = store.payment(provider, reference).await? else {
+        return Err(ReadError::NotFound {
+            what: format!("payment {provider}/{reference}"),
+        });
+    };
+    let filter = LogFilter {
+        provider: Some(provider),
+        reference: Some(reference.clone()),
+        ..LogFilter::default()
+    };
+    let page = store.query(&filter, PAYMENT_DELIVERIES, None).await?;
+    Ok(PaymentView {
+        payment,
+        deliveries: page
+            .deliveries
+            .into_iter()
+            .map(|d| DeliveryView::of(d, false))
+            .collect(),
+        next_cursor: page.next.as_deref().map(Cursor::encode),
+    })
+}
+
+/// One page of the delivery log, newest first. `next_cursor` is opaque: pass it back unchanged
+/// with the same filter for the next page; the pages neither repeat nor skip a delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveriesPage {
+    pub deliveries: Vec<DeliveryView>,
+    pub next_cursor: Option<String>,
+}
+
+/// What a delivery listing asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryQuery {
+    pub filter: LogFilter,
+    /// Page size, 1 to [`MAX_PAGE`].
+    pub limit: usize,
+    /// A `next_cursor` of an earlier page.
+    pub cursor: Option<String>,
+    /// Include raw bodies where the listing has them (the CLI's `--bodies`; never over HTTP).
+    pub with_bodies: bool,
+}
+
+pub async fn deliveries<S: EventLog>(
+    store: &S,
+    q: &DeliveryQuery,
+) -> Result<DeliveriesPage, ReadError> {
+    if q.limit == 0 || q.limit > MAX_PAGE {
+        return Err(ReadError::invalid(
+            "limit",
+            format!("must be 1 to {MAX_PAGE}, got {}", q.limit),
+        ));
+    }
+    if let (Some(since), Some(until)) = (q.filter.since_ms, q.filter.until_ms) {
+        if since >= until {
+            return Err(ReadError::invalid("since_ms", "must be before until_ms"));
+        }
+    }
+    let after = q.cursor.as_deref().map(Cursor::decode).transpose()?;
+    let page = store.query(&q.filter, q.limit, after.as_deref()).await?;
+    Ok(DeliveriesPage {
+        deliveries: page
+            .deliveries
+            .into_iter()
+            .map(|d| DeliveryView::of(d, q.with_bodies))
+            .collect(),
+        next_cursor: page.next.as_deref().map(Cursor::encode),
+    })
+}
+
+/// The opaque page cursor: the last delivery id of a page (exclusive bound of the next),
+/// base64url-encoded and versioned so its form can change without breaking old pages silently.
+pub struct Cursor;
+
+const CURSOR_VERSION: &str = "d1.";
+
+impl Cursor {
+    pub fn encode(last_id: &str) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!("{CURSOR_VERSION}{}", b64.encode(last_id))
+    }
+
+    /// The delivery id inside a cursor; anything that is not one of ours is refused.
+    pub fn decode(cursor: &str) -> Result<String, ReadError> {
+        let bad = || ReadError::invalid("cursor", "not a cursor this API returned");
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let body = cursor.strip_prefix(CURSOR_VERSION).ok_or_else(bad)?;
+        let bytes = b64.decode(body).map_err(|_| bad())?;
+        let id = String::from_utf8(bytes).map_err(|_| bad())?;
+        // A delivery id: 13 digits of epoch ms, '-', 32 hex digits (`Delivery::new_id`).
+        let ok = id.len() == 46
+            && id.as_bytes()[13] == b'-'
+            && id[..13].bytes().all(|b| b.is_ascii_digit())
+            && id[14..].bytes().all(|b| b.is_ascii_hexdigit());
+        if ok {
+            Ok(id)
+        } else {
+            Err(bad())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        let id = Delivery::new_id(1_764_670_000_000);
+        let c = Cursor::encode(&id);
+        assert!(!c.contains(&id), "opaque: {c}");
+        assert_eq!(Cursor::decode(&c).unwrap(), id);
+        for bad in [
+            "",
+            "d1.",
+            "x",
+            &id,
+            "d1.!!!",
+            &format!(
+                "d1.{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("~")
+            ),
+        ] {
+            assert!(
+                matches!(
+                    Cursor::decode(bad),
+                    Err(ReadError::Invalid {
+                        field: "cursor",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -150,11 +150,12 @@ impl Storable for Pending {
     type Storer = StoreReplace<Self>;
 }
 
-/// The interceptor. Needs a multi-thread tokio runtime: it reads item images synchronously
-/// (`block_in_place`) around each write.
+/// The interceptor. Interceptors are synchronous, so item images are read by a thread of its
+/// own ([`ImageReader`]): the caller's runtime (any flavour) is never re-entered or starved.
 #[derive(Debug, Clone)]
 pub struct CapacityRecorder {
     images: Client,
+    reader: ImageReader,
     tables: Arc<TableNames>,
     log: Arc<Mutex<Vec<Costed>>>,
 }
@@ -162,7 +163,8 @@ pub struct CapacityRecorder {
 impl CapacityRecorder {
     /// `images` reads item images; it must not carry this recorder.
     pub fn new(images: Client, tables: TableNames) -> Self {
-        CapacityRecorder { images, tables: Arc::new(tables), log: Arc::default() }
+        let reader = ImageReader::start(&images);
+        CapacityRecorder { images, reader, tables: Arc::new(tables), log: Arc::default() }
     }
 
     /// The unrecorded client that reads images.
@@ -180,9 +182,7 @@ impl CapacityRecorder {
     }
 
     fn read_image(&self, table: &str, key: &Item) -> Option<Item> {
-        let get = self.images.get_item().table_name(table).set_key(Some(key.clone())).consistent_read(true);
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::block_in_place(|| handle.block_on(get.send())).ok().and_then(|o| o.item)
+        self.reader.read(table, key)
     }
 
     fn key_of(def: &TableDef, item: &Item) -> Item {
@@ -256,6 +256,49 @@ impl Intercept for CapacityRecorder {
         let role = self.def_of(&table).map_or("other", |d| d.role);
         self.record(Costed { table: role.into(), operation, write_units: 0.0, read_units, keys: Vec::new() });
         Ok(())
+    }
+}
+
+type ImageRequest = (String, Item, std::sync::mpsc::Sender<Option<Item>>);
+
+/// Reads item images for the synchronous interceptor on a thread with its own current-thread
+/// runtime and its own HTTP connections. Reading them on the caller's runtime instead
+/// (`block_in_place` + `block_on`) hung now and then under parallel tests: the nested read
+/// shared the caller's runtime and connection pool with the request being intercepted.
+#[derive(Debug, Clone)]
+struct ImageReader {
+    requests: std::sync::mpsc::Sender<ImageRequest>,
+}
+
+impl ImageReader {
+    /// How long a write waits for its image before it is costed without one.
+    const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn start(images: &Client) -> Self {
+        use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+        // Its own connection pool (the SDK's default client, https or http), never the caller's.
+        let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::AwsLc)).build_https();
+        let conf = images.config().to_builder().http_client(http).build();
+        let client = Client::from_conf(conf);
+        let (requests, inbox) = std::sync::mpsc::channel::<ImageRequest>();
+        // The thread ends when the last recorder clone (and with it the sender) is dropped.
+        let spawned = std::thread::Builder::new().name("capacity-images".into()).spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            while let Ok((table, key, reply)) = inbox.recv() {
+                let get = client.get_item().table_name(table).set_key(Some(key)).consistent_read(true);
+                let _ = reply.send(rt.block_on(get.send()).ok().and_then(|o| o.item));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "capacity image reader not started; writes are costed without images");
+        }
+        ImageReader { requests }
+    }
+
+    fn read(&self, table: &str, key: &Item) -> Option<Item> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        self.requests.send((table.to_owned(), key.clone(), reply)).ok()?;
+        answer.recv_timeout(Self::WAIT).ok().flatten()
     }
 }
 

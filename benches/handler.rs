@@ -15,7 +15,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use payhook::domain::{
-    AccountId, Currency, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId, Reference,
+    AccountId, Currency, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId,
+    Reference,
 };
 use payhook::eventlog::Outcome;
 use payhook::idempotency::{judge_existing, ClaimRecord, ClaimState, StoredResponse};
@@ -47,7 +48,10 @@ fn headers(scheme: &StandardWebhooks) -> HeaderMap {
     h.insert("content-type", HeaderValue::from_static("application/json"));
     h.insert("webhook-id", HeaderValue::from_static("msg_bench"));
     h.insert("webhook-timestamp", HeaderValue::from(NOW_S));
-    h.insert("webhook-signature", HeaderValue::from_str(&scheme.sign("msg_bench", NOW_S, BODY.as_bytes())).unwrap());
+    h.insert(
+        "webhook-signature",
+        HeaderValue::from_str(&scheme.sign("msg_bench", NOW_S, BODY.as_bytes())).unwrap(),
+    );
     h
 }
 
@@ -60,11 +64,16 @@ struct Stored {
 
 fn stored(ev: &NormalisedEvent) -> Stored {
     let key = ev.key().unwrap();
-    let EventKind::PaymentSucceeded(p) = &ev.kind else { panic!("payment expected") };
+    let EventKind::PaymentSucceeded(p) = &ev.kind else {
+        panic!("payment expected")
+    };
     Stored {
         claim: ClaimRecord {
             key: key.clone(),
-            state: ClaimState::Done(StoredResponse { status: 200, body: "{\"status\":\"applied\"}".into() }),
+            state: ClaimState::Done(StoredResponse {
+                status: 200,
+                body: "{\"status\":\"applied\"}".into(),
+            }),
             fingerprint: fingerprint(ev),
         },
         payment: PaymentRecord {
@@ -89,13 +98,22 @@ fn stored(ev: &NormalisedEvent) -> Stored {
 
 /// The claim fingerprint, by the pipeline's own code.
 fn fingerprint(ev: &NormalisedEvent) -> String {
-    payhook::domain::ClaimedFacts::of(&ev.kind).map(|f| f.fingerprint()).unwrap_or_default()
+    payhook::domain::ClaimedFacts::of(&ev.kind)
+        .map(|f| f.fingerprint())
+        .unwrap_or_default()
 }
 
 /// Both judges the pipeline may consult, on the store's answers.
 fn decide(ev: &NormalisedEvent, key: &IdempotencyKey, fp: &str, s: &Stored) -> bool {
-    let EventKind::PaymentSucceeded(p) = &ev.kind else { return false };
-    let claim = judge_existing(&s.claim, fp, NOW_S * 1_000, &payhook::idempotency::OwnerToken::from_stored("bench".into()));
+    let EventKind::PaymentSucceeded(p) = &ev.kind else {
+        return false;
+    };
+    let claim = judge_existing(
+        &s.claim,
+        fp,
+        NOW_S * 1_000,
+        &payhook::idempotency::OwnerToken::from_stored("bench".into()),
+    );
     let paid = judge_paid(Some(s.payment.clone()), p, key, false);
     black_box(&claim);
     black_box(&paid);
@@ -103,7 +121,9 @@ fn decide(ev: &NormalisedEvent, key: &IdempotencyKey, fp: &str, s: &Stored) -> b
 }
 
 fn answer(ev: &NormalisedEvent, key: &IdempotencyKey) -> String {
-    let EventKind::PaymentSucceeded(p) = &ev.kind else { return String::new() };
+    let EventKind::PaymentSucceeded(p) = &ev.kind else {
+        return String::new();
+    };
     let body = Applied {
         status: "applied",
         key: key.as_str(),
@@ -119,7 +139,10 @@ fn answer(ev: &NormalisedEvent, key: &IdempotencyKey) -> String {
 fn emf() -> String {
     emf_line(
         ProviderId::Generic,
-        Disposition::Processed { outcome: Outcome::Applied, took_over: false },
+        Disposition::Processed {
+            outcome: Outcome::Applied,
+            took_over: false,
+        },
         NOW_S * 1_000,
         Some("8f7e2b1c-0000-4000-8000-000000000000"),
     )
@@ -127,7 +150,9 @@ fn emf() -> String {
 
 fn handler(c: &mut Criterion) {
     let scheme = StandardWebhooks::from_env_value(SECRET, 300).unwrap();
-    let generic = Generic { scheme: scheme.clone() };
+    let generic = Generic {
+        scheme: scheme.clone(),
+    };
     let headers = headers(&scheme);
     let body = BODY.as_bytes();
     let ev = generic.normalise(body).unwrap();
@@ -137,15 +162,25 @@ fn handler(c: &mut Criterion) {
     generic.verify(&headers, body, NOW_S).unwrap();
 
     let mut g = c.benchmark_group("handler");
-    g.bench_function("verify", |b| b.iter(|| generic.verify(black_box(&headers), black_box(body), NOW_S)));
-    g.bench_function("parse_normalise", |b| b.iter(|| generic.normalise(black_box(body))));
-    g.bench_function("decide", |b| b.iter(|| decide(black_box(&ev), &key, &fp, &stored)));
-    g.bench_function("serialise_answer", |b| b.iter(|| answer(black_box(&ev), &key)));
+    g.bench_function("verify", |b| {
+        b.iter(|| generic.verify(black_box(&headers), black_box(body), NOW_S))
+    });
+    g.bench_function("parse_normalise", |b| {
+        b.iter(|| generic.normalise(black_box(body)))
+    });
+    g.bench_function("decide", |b| {
+        b.iter(|| decide(black_box(&ev), &key, &fp, &stored))
+    });
+    g.bench_function("serialise_answer", |b| {
+        b.iter(|| answer(black_box(&ev), &key))
+    });
     g.bench_function("emf_line", |b| b.iter(emf));
     // Everything one delivery costs in CPU outside the SDK, in the order the handler does it.
     g.bench_function("total", |b| {
         b.iter(|| {
-            generic.verify(black_box(&headers), black_box(body), NOW_S).unwrap();
+            generic
+                .verify(black_box(&headers), black_box(body), NOW_S)
+                .unwrap();
             let ev = generic.normalise(black_box(body)).unwrap();
             let key = ev.key().unwrap();
             let fp = fingerprint(&ev);

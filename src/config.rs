@@ -1,14 +1,14 @@
 //! Configuration, read once from the environment at start-up. Later code never reads env vars,
 //! so a bad value is one clear error at start, not a panic on some request.
 
+use crate::domain::{AccountId, ProviderId};
+use crate::http::ReadToken;
 use crate::providers::flutterwave::{Flutterwave, ReferenceField};
 use crate::providers::generic::{Generic, StandardWebhooks};
 use crate::providers::paystack::Paystack;
 use crate::providers::stripe::Stripe;
 use crate::providers::{Provider, Providers, SignatureError};
 use crate::store::dynamodb::{StoreSettings, TableNames};
-use crate::domain::{AccountId, ProviderId};
-use crate::http::ReadToken;
 
 /// Every environment variable payhook reads, with what it means. The template check asserts that
 /// template.yaml sets each one the functions need; keep this the only list.
@@ -58,7 +58,11 @@ pub enum ConfigError {
     #[error("{name} must be a positive integer, got {value:?}")]
     NotPositive { name: &'static str, value: String },
     #[error("{name} {reason}, got {value:?}")]
-    Invalid { name: &'static str, value: String, reason: &'static str },
+    Invalid {
+        name: &'static str,
+        value: String,
+        reason: &'static str,
+    },
 }
 
 /// Per-provider mapping settings (not secrets; safe to log).
@@ -93,7 +97,11 @@ pub struct Config {
 /// the delivery log untruncated.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-fn positive(get: &impl Fn(&str) -> Option<String>, name: &'static str, default: i64) -> Result<i64, ConfigError> {
+fn positive(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: i64,
+) -> Result<i64, ConfigError> {
     match get(name).filter(|v| !v.trim().is_empty()) {
         None => Ok(default),
         Some(v) => match v.trim().parse::<i64>() {
@@ -109,8 +117,15 @@ fn key(get: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<Stri
         return Ok("account".to_owned());
     };
     let key = value.trim();
-    if key.split('.').any(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control())) {
-        return Err(ConfigError::Invalid { name, value, reason: "must be a key such as account or customer.wallet" });
+    if key
+        .split('.')
+        .any(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(ConfigError::Invalid {
+            name,
+            value,
+            reason: "must be a key such as account or customer.wallet",
+        });
     }
     Ok(key.to_owned())
 }
@@ -119,8 +134,11 @@ fn adapter_settings(get: &impl Fn(&str) -> Option<String>) -> Result<AdapterSett
     let name = "PAYHOOK_FLUTTERWAVE_REFERENCE";
     let flutterwave_reference = match get(name).filter(|v| !v.trim().is_empty()) {
         None => ReferenceField::TxRef,
-        Some(v) => ReferenceField::parse(v.trim())
-            .ok_or(ConfigError::Invalid { name, value: v, reason: "must be tx_ref or id" })?,
+        Some(v) => ReferenceField::parse(v.trim()).ok_or(ConfigError::Invalid {
+            name,
+            value: v,
+            reason: "must be tx_ref or id",
+        })?,
     };
     Ok(AdapterSettings {
         stripe_account_key: key(get, "PAYHOOK_STRIPE_ACCOUNT_KEY")?,
@@ -145,11 +163,13 @@ impl Config {
         let name = "PAYHOOK_DEFAULT_ACCOUNT";
         let default_account = match get(name).filter(|v| !v.trim().is_empty()) {
             None => None,
-            Some(v) => Some(AccountId::parse(v.trim()).map_err(|_| ConfigError::Invalid {
-                name,
-                value: v,
-                reason: "must be an account id (no control characters, at most 200 characters)",
-            })?),
+            Some(v) => Some(
+                AccountId::parse(v.trim()).map_err(|_| ConfigError::Invalid {
+                    name,
+                    value: v,
+                    reason: "must be an account id (no control characters, at most 200 characters)",
+                })?,
+            ),
         };
         let name = "PAYHOOK_READ_TOKEN";
         let read_token = match get(name).filter(|v| !v.trim().is_empty()) {
@@ -160,7 +180,10 @@ impl Config {
                 reason: "must be at least 24 characters",
             })?),
         };
-        let secrets = SECRET_VARS.into_iter().filter_map(|(p, name)| get(name).map(|v| (p, v))).collect();
+        let secrets = SECRET_VARS
+            .into_iter()
+            .filter_map(|(p, name)| get(name).map(|v| (p, v)))
+            .collect();
         Ok(Config {
             tables: TableNames::from_env(&get),
             store,
@@ -176,12 +199,16 @@ impl Config {
     }
 
     fn secret(&self, provider: ProviderId) -> Option<&str> {
-        self.secrets.iter().find(|(p, _)| *p == provider).map(|(_, s)| s.as_str())
+        self.secrets
+            .iter()
+            .find(|(p, _)| *p == provider)
+            .map(|(_, s)| s.as_str())
     }
 
     /// The Standard Webhooks scheme, if its secrets are set (`Err` if they are unusable).
     pub fn generic(&self) -> Option<Result<StandardWebhooks, SignatureError>> {
-        self.secret(ProviderId::Generic).map(|v| StandardWebhooks::from_env_value(v, self.tolerance_s))
+        self.secret(ProviderId::Generic)
+            .map(|v| StandardWebhooks::from_env_value(v, self.tolerance_s))
     }
 
     pub fn stripe(&self) -> Option<Result<Stripe, SignatureError>> {
@@ -190,7 +217,8 @@ impl Config {
     }
 
     pub fn paystack(&self) -> Option<Result<Paystack, SignatureError>> {
-        self.secret(ProviderId::Paystack).map(|v| Paystack::from_env_value(v, &self.adapters.paystack_account_key))
+        self.secret(ProviderId::Paystack)
+            .map(|v| Paystack::from_env_value(v, &self.adapters.paystack_account_key))
     }
 
     /// Flutterwave is configured when either its v3 hashes or its v4 secrets are set.
@@ -201,16 +229,25 @@ impl Config {
             return None;
         }
         let a = &self.adapters;
-        Some(Flutterwave::from_env_values(v3, v4, a.flutterwave_reference, &a.flutterwave_account_key))
+        Some(Flutterwave::from_env_values(
+            v3,
+            v4,
+            a.flutterwave_reference,
+            &a.flutterwave_account_key,
+        ))
     }
 
     /// The adapter of `provider`: `None` when it has no secret set at all.
     fn adapter(&self, provider: ProviderId) -> Option<Result<Box<dyn Provider>, SignatureError>> {
-        fn boxed<P: Provider + 'static>(r: Result<P, SignatureError>) -> Result<Box<dyn Provider>, SignatureError> {
+        fn boxed<P: Provider + 'static>(
+            r: Result<P, SignatureError>,
+        ) -> Result<Box<dyn Provider>, SignatureError> {
             r.map(|p| Box::new(p) as Box<dyn Provider>)
         }
         match provider {
-            ProviderId::Generic => self.generic().map(|r| boxed(r.map(|scheme| Generic { scheme }))),
+            ProviderId::Generic => self
+                .generic()
+                .map(|r| boxed(r.map(|scheme| Generic { scheme }))),
             ProviderId::Stripe => self.stripe().map(boxed),
             ProviderId::Paystack => self.paystack().map(boxed),
             ProviderId::Flutterwave => self.flutterwave().map(boxed),
@@ -245,23 +282,33 @@ mod tests {
         assert_eq!(c.store.claim_retention_s, 30 * 86_400);
         let c = Config::from_lookup(|n| (n == "PAYHOOK_LEASE_MS").then(|| "250".to_owned()))?;
         assert_eq!(c.lease_ms, 250);
-        assert!(Config::from_lookup(|n| (n == "PAYHOOK_LEASE_MS").then(|| "-1".to_owned())).is_err());
+        assert!(
+            Config::from_lookup(|n| (n == "PAYHOOK_LEASE_MS").then(|| "-1".to_owned())).is_err()
+        );
         Ok(())
     }
 
     #[test]
     fn unusable_secrets_leave_the_provider_out() -> Result<(), ConfigError> {
-        let c = Config::from_lookup(|n| (n == "PAYHOOK_GENERIC_SECRETS").then(|| "whsec_!!!".to_owned()))?;
+        let c = Config::from_lookup(|n| {
+            (n == "PAYHOOK_GENERIC_SECRETS").then(|| "whsec_!!!".to_owned())
+        })?;
         let (providers, problems) = c.providers();
         assert!(providers.get(ProviderId::Generic).is_none());
         assert_eq!(problems.len(), 1);
-        let c = Config::from_lookup(|n| (n == "PAYHOOK_GENERIC_SECRETS").then(|| "   ".to_owned()))?;
+        let c =
+            Config::from_lookup(|n| (n == "PAYHOOK_GENERIC_SECRETS").then(|| "   ".to_owned()))?;
         assert!(c.providers().0.get(ProviderId::Generic).is_none());
         Ok(())
     }
 
     fn with(pairs: &'static [(&'static str, &'static str)]) -> Result<Config, ConfigError> {
-        Config::from_lookup(|n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| (*v).to_owned()))
+        Config::from_lookup(|n| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| (*v).to_owned())
+        })
     }
 
     #[test]
@@ -273,7 +320,14 @@ mod tests {
         ])?;
         let (providers, problems) = c.providers();
         assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(providers.configured(), vec![ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave]);
+        assert_eq!(
+            providers.configured(),
+            vec![
+                ProviderId::Stripe,
+                ProviderId::Paystack,
+                ProviderId::Flutterwave
+            ]
+        );
         Ok(())
     }
 
@@ -287,9 +341,18 @@ mod tests {
         let (providers, problems) = c.providers();
         assert!(providers.configured().is_empty());
         let names: Vec<_> = problems.iter().map(|(p, _)| *p).collect();
-        assert_eq!(names, vec![ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave]);
+        assert_eq!(
+            names,
+            vec![
+                ProviderId::Stripe,
+                ProviderId::Paystack,
+                ProviderId::Flutterwave
+            ]
+        );
         // No problem reported names a secret's value.
-        assert!(problems.iter().all(|(_, e)| !e.to_string().contains("oops")));
+        assert!(problems
+            .iter()
+            .all(|(_, e)| !e.to_string().contains("oops")));
         Ok(())
     }
 
@@ -298,7 +361,10 @@ mod tests {
         let c = with(&[])?;
         assert_eq!(c.adapters.stripe_account_key, "account");
         assert_eq!(c.adapters.flutterwave_reference, ReferenceField::TxRef);
-        let c = with(&[("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "customer.wallet"), ("PAYHOOK_FLUTTERWAVE_REFERENCE", "id")])?;
+        let c = with(&[
+            ("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "customer.wallet"),
+            ("PAYHOOK_FLUTTERWAVE_REFERENCE", "id"),
+        ])?;
         assert_eq!(c.adapters.paystack_account_key, "customer.wallet");
         assert_eq!(c.adapters.flutterwave_reference, ReferenceField::Id);
         assert!(with(&[("PAYHOOK_FLUTTERWAVE_REFERENCE", "flw_ref")]).is_err());
@@ -311,7 +377,10 @@ mod tests {
     fn a_read_token_is_optional_checked_and_never_shown() {
         assert!(with(&[]).unwrap().read_token.is_none());
         let c = with(&[("PAYHOOK_READ_TOKEN", "0123456789abcdef0123456789")]).unwrap();
-        assert!(c.read_token.as_ref().is_some_and(|t| t.matches("0123456789abcdef0123456789")));
+        assert!(c
+            .read_token
+            .as_ref()
+            .is_some_and(|t| t.matches("0123456789abcdef0123456789")));
         assert!(!format!("{c:?}").contains("0123456789abcdef"));
         let e = with(&[("PAYHOOK_READ_TOKEN", "tooshortsecret")]).unwrap_err();
         assert!(!e.to_string().contains("tooshortsecret"), "{e}");
@@ -325,7 +394,10 @@ mod tests {
             None
         });
         for name in read.borrow().iter().filter(|n| n.starts_with("PAYHOOK_")) {
-            assert!(ENV_VARS.iter().any(|(v, _)| v == name), "{name} is read but not in ENV_VARS");
+            assert!(
+                ENV_VARS.iter().any(|(v, _)| v == name),
+                "{name} is read but not in ENV_VARS"
+            );
         }
     }
 }

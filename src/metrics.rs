@@ -46,7 +46,10 @@ impl Rejection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
     /// The pipeline answered with this outcome; `took_over` when it resumed an expired claim.
-    Processed { outcome: Outcome, took_over: bool },
+    Processed {
+        outcome: Outcome,
+        took_over: bool,
+    },
     Rejected(Rejection),
 }
 
@@ -72,15 +75,30 @@ pub fn metric_name(outcome: Outcome) -> &'static str {
 /// Written directly into one string (every name here is a fixed ASCII identifier; only the
 /// request id is escaped, by serde_json): building it through a `serde_json::Value` map cost
 /// as much as the rest of the handler logic (docs/performance.md).
-pub fn emf_line(provider: ProviderId, result: Disposition, timestamp_ms: i64, request_id: Option<&str>) -> String {
+pub fn emf_line(
+    provider: ProviderId,
+    result: Disposition,
+    timestamp_ms: i64,
+    request_id: Option<&str>,
+) -> String {
     use std::fmt::Write as _;
     let (names, reason): ([Option<&'static str>; 2], Option<&'static str>) = match result {
-        Disposition::Processed { outcome, took_over } => ([Some(metric_name(outcome)), took_over.then_some("Takeovers")], None),
+        Disposition::Processed { outcome, took_over } => (
+            [Some(metric_name(outcome)), took_over.then_some("Takeovers")],
+            None,
+        ),
         Disposition::Rejected(reason) => ([Some("Rejected"), None], Some(reason.as_str())),
     };
     let mut line = String::with_capacity(256);
-    let _ = write!(line, r#"{{"_aws":{{"Timestamp":{timestamp_ms},"CloudWatchMetrics":[{{"Namespace":"{NAMESPACE}","Dimensions":"#);
-    line.push_str(if reason.is_some() { r#"[["Provider","Reason"]]"# } else { r#"[["Provider"]]"# });
+    let _ = write!(
+        line,
+        r#"{{"_aws":{{"Timestamp":{timestamp_ms},"CloudWatchMetrics":[{{"Namespace":"{NAMESPACE}","Dimensions":"#
+    );
+    line.push_str(if reason.is_some() {
+        r#"[["Provider","Reason"]]"#
+    } else {
+        r#"[["Provider"]]"#
+    });
     line.push_str(r#","Metrics":["#);
     for (i, name) in names.iter().flatten().enumerate() {
         if i > 0 {
@@ -106,7 +124,12 @@ pub fn emf_line(provider: ProviderId, result: Disposition, timestamp_ms: i64, re
 
 /// Writes one EMF line to stdout in a single write. A failed write is ignored: metrics never
 /// fail a delivery.
-pub fn emit(provider: ProviderId, result: Disposition, timestamp_ms: i64, request_id: Option<&str>) {
+pub fn emit(
+    provider: ProviderId,
+    result: Disposition,
+    timestamp_ms: i64,
+    request_id: Option<&str>,
+) {
     let mut line = emf_line(provider, result, timestamp_ms, request_id);
     line.push('\n');
     let _ = std::io::stdout().lock().write_all(line.as_bytes());
@@ -125,7 +148,10 @@ mod tests {
     fn an_applied_delivery_is_one_count_under_the_provider_dimension() {
         let v = parse(&emf_line(
             ProviderId::Generic,
-            Disposition::Processed { outcome: Outcome::Applied, took_over: false },
+            Disposition::Processed {
+                outcome: Outcome::Applied,
+                took_over: false,
+            },
             1_764_670_000_123,
             Some("req-1"),
         ));
@@ -150,16 +176,28 @@ mod tests {
     #[test]
     fn every_outcome_has_its_metric_and_a_takeover_adds_one() {
         for outcome in Outcome::ALL {
-            let v = parse(&emf_line(ProviderId::Stripe, Disposition::Processed { outcome, took_over: true }, 1, None));
+            let v = parse(&emf_line(
+                ProviderId::Stripe,
+                Disposition::Processed {
+                    outcome,
+                    took_over: true,
+                },
+                1,
+                None,
+            ));
             let name = metric_name(outcome);
             assert_eq!(v[name], 1, "{v}");
             assert_eq!(v["Takeovers"], 1);
             assert_eq!(v["Provider"], "stripe");
             assert!(v.get("RequestId").is_none());
             let metrics = &v["_aws"]["CloudWatchMetrics"][0]["Metrics"];
-            assert_eq!(metrics, &json!([{ "Name": name, "Unit": "Count" }, { "Name": "Takeovers", "Unit": "Count" }]));
+            assert_eq!(
+                metrics,
+                &json!([{ "Name": name, "Unit": "Count" }, { "Name": "Takeovers", "Unit": "Count" }])
+            );
         }
-        let names: std::collections::BTreeSet<_> = Outcome::ALL.into_iter().map(metric_name).collect();
+        let names: std::collections::BTreeSet<_> =
+            Outcome::ALL.into_iter().map(metric_name).collect();
         assert_eq!(names.len(), Outcome::ALL.len());
     }
 
@@ -179,14 +217,25 @@ mod tests {
             let directive = &v["_aws"]["CloudWatchMetrics"][0];
             assert_eq!(directive["Namespace"], "payhook");
             assert_eq!(directive["Dimensions"], json!([["Provider", "Reason"]]));
-            assert_eq!(directive["Metrics"], json!([{ "Name": "Rejected", "Unit": "Count" }]));
+            assert_eq!(
+                directive["Metrics"],
+                json!([{ "Name": "Rejected", "Unit": "Count" }])
+            );
         }
     }
 
     #[test]
     fn a_request_id_is_escaped_and_every_line_is_one_json_object() {
         let id = "a\"b\\c\n\u{1}é";
-        let line = emf_line(ProviderId::Flutterwave, Disposition::Processed { outcome: Outcome::Failed, took_over: false }, 9, Some(id));
+        let line = emf_line(
+            ProviderId::Flutterwave,
+            Disposition::Processed {
+                outcome: Outcome::Failed,
+                took_over: false,
+            },
+            9,
+            Some(id),
+        );
         assert!(!line.contains('\n'));
         let v = parse(&line);
         assert_eq!(v["RequestId"], id);

@@ -5,14 +5,14 @@
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation, PaymentFacts,
-    RefundFacts,
+    now_ms, AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation,
+    PaymentFacts, RefundFacts,
 };
 use crate::eventlog::{Delivery, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{
-    movement_time, shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, PostOutcome,
-    Posting, RefundOutcome, ReversalOutcome, StateOutcome,
+    movement_time, shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord,
+    Payments, PostOutcome, Posting, RefundOutcome, ReversalOutcome, StateOutcome,
 };
 use crate::store::StoreError;
 
@@ -37,7 +37,15 @@ pub struct Answer {
 impl Answer {
     fn json(status: u16, body: &impl Serialize, outcome: Outcome) -> Self {
         let body = serde_json::to_string(body).unwrap_or_else(|_| "{}".to_owned());
-        Answer { status, body, replayed: false, retry_after_s: None, outcome, delivery_id: String::new(), took_over: false }
+        Answer {
+            status,
+            body,
+            replayed: false,
+            retry_after_s: None,
+            outcome,
+            delivery_id: String::new(),
+            took_over: false,
+        }
     }
 
     fn retry_after(mut self, ms: i64) -> Self {
@@ -105,7 +113,13 @@ struct Problem<'a> {
 
 impl<'a> Problem<'a> {
     fn new(error: &'a str, message: impl Into<String>, key: Option<&'a IdempotencyKey>) -> Self {
-        Problem { error, message: message.into(), key: key.map(|k| k.as_str()), mismatch: None, retry_after_s: None }
+        Problem {
+            error,
+            message: message.into(),
+            key: key.map(|k| k.as_str()),
+            mismatch: None,
+            retry_after_s: None,
+        }
     }
 }
 
@@ -142,7 +156,10 @@ pub struct Pipeline<S> {
 
 impl<S: Store> Pipeline<S> {
     pub fn new(store: S) -> Self {
-        Pipeline { store, default_account: None }
+        Pipeline {
+            store,
+            default_account: None,
+        }
     }
 
     /// Credits `account` for payment successes that name none (`PAYHOOK_DEFAULT_ACCOUNT`).
@@ -162,7 +179,10 @@ impl<S: Store> Pipeline<S> {
             Ok(b) => b,
             Err(e) => return Err(self.failed(&d, e).await),
         };
-        let d = Delivered { event: bound.as_ref().unwrap_or(d.event), ..d };
+        let d = Delivered {
+            event: bound.as_ref().unwrap_or(d.event),
+            ..d
+        };
         let mut answer = match self.decide(d.event, d.lease_ms).await {
             Ok(a) => a,
             Err(e) => return Err(self.failed(&d, e).await),
@@ -175,7 +195,11 @@ impl<S: Store> Pipeline<S> {
 
     /// Best effort: records that this delivery failed, for operators and reconciliation.
     async fn failed(&self, d: &Delivered<'_>, e: PipelineError) -> PipelineError {
-        let failed = Answer::json(503, &Problem::new("store_unavailable", "retry later", None), Outcome::Failed);
+        let failed = Answer::json(
+            503,
+            &Problem::new("store_unavailable", "retry later", None),
+            Outcome::Failed,
+        );
         if let Err(log_err) = self.store.append(&delivery(d, &failed)).await {
             tracing::warn!(error = %log_err, "could not log a failed delivery");
         }
@@ -187,7 +211,9 @@ impl<S: Store> Pipeline<S> {
             EventKind::Ignored => Ok(ignored(ev)),
             EventKind::PaymentState { facts, to } => {
                 let answer = match self.store.move_state(ev.provider, facts, *to).await? {
-                    StateOutcome::Applied(p) => state_answer("applied", &p.reference, p.status.as_str(), Outcome::Applied),
+                    StateOutcome::Applied(p) => {
+                        state_answer("applied", &p.reference, p.status.as_str(), Outcome::Applied)
+                    }
                     // Already at or past that state: a late or duplicate event changes nothing.
                     StateOutcome::Stale(p) => {
                         let status = p.as_ref().map_or("UNKNOWN", |p| p.status.as_str());
@@ -197,13 +223,15 @@ impl<S: Store> Pipeline<S> {
                 };
                 Ok(answer)
             }
-            EventKind::PaymentSucceeded(_) | EventKind::RefundSucceeded(_) | EventKind::RefundReversed(_) => {
-                self.money(ev, lease_ms).await
-            }
+            EventKind::PaymentSucceeded(_)
+            | EventKind::RefundSucceeded(_)
+            | EventKind::RefundReversed(_) => self.money(ev, lease_ms).await,
             // Still unpriced: its payment (and so its currency) is not known yet.
-            EventKind::RefundUnpriced(u) => {
-                Ok(parked(&IdempotencyKey::new(ev.provider, Operation::Refund, &u.refund_reference)))
-            }
+            EventKind::RefundUnpriced(u) => Ok(parked(&IdempotencyKey::new(
+                ev.provider,
+                Operation::Refund,
+                &u.refund_reference,
+            ))),
         }
     }
 
@@ -213,7 +241,10 @@ impl<S: Store> Pipeline<S> {
     async fn bind(&self, ev: &NormalisedEvent) -> Result<Option<NormalisedEvent>, PipelineError> {
         let mut out = None;
         if let (Some(txn), Some(reference)) = (ev.transaction_id.as_deref(), ev.reference()) {
-            let bound = self.store.bind_reference(ev.provider, txn, reference).await?;
+            let bound = self
+                .store
+                .bind_reference(ev.provider, txn, reference)
+                .await?;
             if &bound != reference {
                 tracing::info!(transaction = txn, reference = %bound, "transaction bound to its first reference");
                 out = Some(ev.clone().with_payment_reference(bound));
@@ -221,19 +252,27 @@ impl<S: Store> Pipeline<S> {
         }
         let current = out.as_ref().unwrap_or(ev);
         if let EventKind::RefundUnpriced(u) = &current.kind {
-            let payment = self.store.payment(current.provider, &u.payment_reference).await?;
+            let payment = self
+                .store
+                .payment(current.provider, &u.payment_reference)
+                .await?;
             if let Some(currency) = payment.and_then(|p| p.currency) {
                 match crate::domain::Money::from_major_decimal(&u.amount_major, currency) {
                     Ok(money) => {
-                    let facts = RefundFacts {
-                        refund_reference: u.refund_reference.clone(),
-                        payment_reference: u.payment_reference.clone(),
-                        money,
-                    };
-                        out = Some(NormalisedEvent { kind: EventKind::RefundSucceeded(facts), ..current.clone() });
+                        let facts = RefundFacts {
+                            refund_reference: u.refund_reference.clone(),
+                            payment_reference: u.payment_reference.clone(),
+                            money,
+                        };
+                        out = Some(NormalisedEvent {
+                            kind: EventKind::RefundSucceeded(facts),
+                            ..current.clone()
+                        });
                     }
                     // Stays unpriced (parked): an amount the payment's currency cannot hold.
-                    Err(e) => tracing::warn!(amount = %u.amount_major, %currency, error = %e, "refund amount not in its payment's currency"),
+                    Err(e) => {
+                        tracing::warn!(amount = %u.amount_major, %currency, error = %e, "refund amount not in its payment's currency")
+                    }
                 }
             }
         }
@@ -255,7 +294,11 @@ impl<S: Store> Pipeline<S> {
             }
             ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
             ClaimOutcome::InFlight { retry_after_ms } => {
-                let mut p = Problem::new("in_flight", "this operation is being processed; retry later", Some(&key));
+                let mut p = Problem::new(
+                    "in_flight",
+                    "this operation is being processed; retry later",
+                    Some(&key),
+                );
                 p.retry_after_s = Some(seconds_ceil(retry_after_ms));
                 return Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(retry_after_ms));
             }
@@ -275,17 +318,26 @@ impl<S: Store> Pipeline<S> {
     }
 
     /// Finalizes (money moved) or releases (surely nothing moved) our claim.
-    async fn settle(&self, key: &IdempotencyKey, token: &OwnerToken, settled: Settled) -> Result<Answer, PipelineError> {
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        settled: Settled,
+    ) -> Result<Answer, PipelineError> {
         match settled {
             Settled::Final(answer) => {
-                let stored = StoredResponse { status: answer.status, body: answer.body.clone() };
+                let stored = StoredResponse {
+                    status: answer.status,
+                    body: answer.body.clone(),
+                };
                 match self.store.finalize(key, token, &stored).await? {
                     FinalizeOutcome::Done => Ok(answer),
                     // Our lease expired and a successor finished first: its answer stands.
                     FinalizeOutcome::Superseded(Some(theirs)) => Ok(Answer::replay(theirs)),
                     // A successor holds the claim and has not finished: it will.
                     FinalizeOutcome::Superseded(None) => {
-                        let p = Problem::new("in_flight", "superseded by a newer attempt", Some(key));
+                        let p =
+                            Problem::new("in_flight", "superseded by a newer attempt", Some(key));
                         Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(1_000))
                     }
                 }
@@ -299,7 +351,11 @@ impl<S: Store> Pipeline<S> {
 
     /// The money movement itself: payment transition, then the ledger entry. Each step is
     /// idempotent by `key`, so a resumed attempt re-runs them safely.
-    async fn apply(&self, ev: &NormalisedEvent, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+    async fn apply(
+        &self,
+        ev: &NormalisedEvent,
+        key: &IdempotencyKey,
+    ) -> Result<Settled, PipelineError> {
         match &ev.kind {
             EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
             EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
@@ -311,32 +367,59 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
-    async fn credit(&self, ev: &NormalisedEvent, p: &PaymentFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+    async fn credit(
+        &self,
+        ev: &NormalisedEvent,
+        p: &PaymentFacts,
+        key: &IdempotencyKey,
+    ) -> Result<Settled, PipelineError> {
         // Read once per process; only places a payment paid for the first time (the placement
         // is then recorded on it).
         let layout = self.store.placement_layout().await?;
-        let new = NewCredit { shard: layout.place(key), default_account: self.default_account.as_ref() };
+        let new = NewCredit {
+            shard: layout.place(key),
+            default_account: self.default_account.as_ref(),
+        };
         let (payment, resumed) = match self.store.mark_paid(ev.provider, p, key, new).await? {
             PaidOutcome::Applied(rec) => (rec, false),
             PaidOutcome::AlreadyApplied(rec) => (rec, true),
-            PaidOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            PaidOutcome::Mismatch(m, _) => {
+                return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
+            }
             PaidOutcome::NotPayable(rec) => {
                 let p = Problem::new(
                     "payment_not_payable",
-                    format!("payment is {} under another key; it needs a human", rec.status),
+                    format!(
+                        "payment is {} under another key; it needs a human",
+                        rec.status
+                    ),
                     Some(key),
                 );
-                return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
+                return Ok(Settled::NothingMoved(Answer::json(
+                    422,
+                    &p,
+                    Outcome::Conflict,
+                )));
             }
             // Acknowledged so the provider stops retrying; applicable later by a replay.
             PaidOutcome::Unassigned(_) => {
-                let body = Unassigned { status: "unassigned", key: key.as_str(), reference: p.reference.as_str() };
-                return Ok(Settled::NothingMoved(Answer::json(200, &body, Outcome::Unassigned)));
+                let body = Unassigned {
+                    status: "unassigned",
+                    key: key.as_str(),
+                    reference: p.reference.as_str(),
+                };
+                return Ok(Settled::NothingMoved(Answer::json(
+                    200,
+                    &body,
+                    Outcome::Unassigned,
+                )));
             }
             PaidOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = p.money.amount.get();
-        let posted = self.post(&payment, key, amount, p.money.currency, &p.reference).await?;
+        let posted = self
+            .post(&payment, key, amount, p.money.currency, &p.reference)
+            .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied {
             status: "applied",
@@ -347,7 +430,10 @@ impl<S: Store> Pipeline<S> {
             amount,
             currency: p.money.currency.as_str(),
         };
-        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
+        Ok(Settled::Final(applied(
+            &body,
+            resumed && posted == PostOutcome::AlreadyPosted,
+        )))
     }
 
     /// Posts `amount_minor` (signed) for `payment` under `key`, in the payment's recorded shard.
@@ -359,11 +445,14 @@ impl<S: Store> Pipeline<S> {
         currency: crate::domain::Currency,
         reference: &crate::domain::Reference,
     ) -> Result<PostOutcome, PipelineError> {
-        let account = payment.account.clone().ok_or_else(|| crate::store::StoreError::Corrupt {
-            table: "payments".into(),
-            key: payment.reference.to_string(),
-            reason: "a paid payment without an account".into(),
-        })?;
+        let account = payment
+            .account
+            .clone()
+            .ok_or_else(|| crate::store::StoreError::Corrupt {
+                table: "payments".into(),
+                key: payment.reference.to_string(),
+                reason: "a paid payment without an account".into(),
+            })?;
         let posting = Posting {
             key: key.clone(),
             account,
@@ -378,26 +467,54 @@ impl<S: Store> Pipeline<S> {
         Ok(self.store.post(&posting).await?)
     }
 
-    async fn debit(&self, ev: &NormalisedEvent, r: &RefundFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+    async fn debit(
+        &self,
+        ev: &NormalisedEvent,
+        r: &RefundFacts,
+        key: &IdempotencyKey,
+    ) -> Result<Settled, PipelineError> {
         let (payment, resumed) = match self.store.refund(ev.provider, r, key).await? {
             RefundOutcome::Applied(p) => (p, false),
             RefundOutcome::AlreadyApplied(p) => (p, true),
             // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
             RefundOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
             RefundOutcome::Refused { reason, payment } => {
-                let p = Problem::new(reason, format!("refund refused; payment is {}", payment.status), Some(key));
-                return Ok(Settled::NothingMoved(Answer::json(422, &p, Outcome::Conflict)));
+                let p = Problem::new(
+                    reason,
+                    format!("refund refused; payment is {}", payment.status),
+                    Some(key),
+                );
+                return Ok(Settled::NothingMoved(Answer::json(
+                    422,
+                    &p,
+                    Outcome::Conflict,
+                )));
             }
             // The provider reported this refund failed before its success arrived: it never applies.
             RefundOutcome::Voided(_) => {
-                let body = Status { status: "stale", reference: Some(r.refund_reference.as_str()), payment_status: None, event_type: Some(&ev.event_type) };
+                let body = Status {
+                    status: "stale",
+                    reference: Some(r.refund_reference.as_str()),
+                    payment_status: None,
+                    event_type: Some(&ev.event_type),
+                };
                 return Ok(Settled::Final(Answer::json(200, &body, Outcome::Stale)));
             }
-            RefundOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            RefundOutcome::Mismatch(m, _) => {
+                return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
+            }
             RefundOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = r.money.amount.get();
-        let posted = self.post(&payment, key, -amount, r.money.currency, &r.payment_reference).await?;
+        let posted = self
+            .post(
+                &payment,
+                key,
+                -amount,
+                r.money.currency,
+                &r.payment_reference,
+            )
+            .await?;
         let body = Applied {
             status: "applied",
             key: key.as_str(),
@@ -407,26 +524,53 @@ impl<S: Store> Pipeline<S> {
             amount,
             currency: r.money.currency.as_str(),
         };
-        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
+        Ok(Settled::Final(applied(
+            &body,
+            resumed && posted == PostOutcome::AlreadyPosted,
+        )))
     }
 
     /// A refund the provider reports failed: its debit is credited back once (under the
     /// reversal's own key), or, if it never applied, it is voided.
-    async fn reverse(&self, ev: &NormalisedEvent, r: &RefundFacts, key: &IdempotencyKey) -> Result<Settled, PipelineError> {
+    async fn reverse(
+        &self,
+        ev: &NormalisedEvent,
+        r: &RefundFacts,
+        key: &IdempotencyKey,
+    ) -> Result<Settled, PipelineError> {
         let refund_key = IdempotencyKey::new(ev.provider, Operation::Refund, &r.refund_reference);
-        let (payment, resumed) = match self.store.reverse_refund(ev.provider, r, &refund_key).await? {
+        let (payment, resumed) = match self
+            .store
+            .reverse_refund(ev.provider, r, &refund_key)
+            .await?
+        {
             ReversalOutcome::Applied(p) => (p, false),
             ReversalOutcome::AlreadyApplied(p) => (p, true),
             ReversalOutcome::Voided(_) => {
-                let body = Status { status: "voided", reference: Some(r.refund_reference.as_str()), payment_status: None, event_type: Some(&ev.event_type) };
+                let body = Status {
+                    status: "voided",
+                    reference: Some(r.refund_reference.as_str()),
+                    payment_status: None,
+                    event_type: Some(&ev.event_type),
+                };
                 return Ok(Settled::Final(Answer::json(200, &body, Outcome::Stale)));
             }
             ReversalOutcome::NotYetPaid => return Ok(Settled::NothingMoved(parked(key))),
-            ReversalOutcome::Mismatch(m, _) => return Ok(Settled::NothingMoved(conflict(Some(key), &m))),
+            ReversalOutcome::Mismatch(m, _) => {
+                return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
+            }
             ReversalOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = r.money.amount.get();
-        let posted = self.post(&payment, key, amount, r.money.currency, &r.payment_reference).await?;
+        let posted = self
+            .post(
+                &payment,
+                key,
+                amount,
+                r.money.currency,
+                &r.payment_reference,
+            )
+            .await?;
         let body = Applied {
             status: "applied",
             key: key.as_str(),
@@ -436,7 +580,10 @@ impl<S: Store> Pipeline<S> {
             amount,
             currency: r.money.currency.as_str(),
         };
-        Ok(Settled::Final(applied(&body, resumed && posted == PostOutcome::AlreadyPosted)))
+        Ok(Settled::Final(applied(
+            &body,
+            resumed && posted == PostOutcome::AlreadyPosted,
+        )))
     }
 }
 
@@ -451,26 +598,43 @@ struct Unassigned<'a> {
 /// (a resumed or re-driven attempt), the answer is the same but the outcome says so: operators
 /// must never be led to "fix" a double credit that did not happen.
 fn applied(body: &Applied<'_>, all_done_before: bool) -> Answer {
-    let outcome = if all_done_before { Outcome::AlreadyApplied } else { Outcome::Applied };
+    let outcome = if all_done_before {
+        Outcome::AlreadyApplied
+    } else {
+        Outcome::Applied
+    };
     Answer::json(200, body, outcome)
 }
 
 fn parked(key: &IdempotencyKey) -> Answer {
-    let mut p = Problem::new("payment_not_paid", "the refunded payment is not PAID yet; retry later", Some(key));
+    let mut p = Problem::new(
+        "payment_not_paid",
+        "the refunded payment is not PAID yet; retry later",
+        Some(key),
+    );
     p.retry_after_s = Some(seconds_ceil(PARKED_RETRY_MS));
     Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)
 }
 
 /// A lost race is never final: answered retryable, nothing moved.
 fn contended(key: &IdempotencyKey) -> Answer {
-    let mut p = Problem::new("in_flight", "concurrent updates to this payment; retry later", Some(key));
+    let mut p = Problem::new(
+        "in_flight",
+        "concurrent updates to this payment; retry later",
+        Some(key),
+    );
     p.retry_after_s = Some(seconds_ceil(CONTENDED_RETRY_MS));
     Answer::json(409, &p, Outcome::InFlight).retry_after(CONTENDED_RETRY_MS)
 }
 
 /// Types we acknowledge (200, so the provider stops retrying) and log, but do not act on.
 fn ignored(ev: &NormalisedEvent) -> Answer {
-    let body = Status { status: "ignored", reference: None, payment_status: None, event_type: Some(&ev.event_type) };
+    let body = Status {
+        status: "ignored",
+        reference: None,
+        payment_status: None,
+        event_type: Some(&ev.event_type),
+    };
     Answer::json(200, &body, Outcome::Ignored)
 }
 
@@ -480,10 +644,20 @@ fn seconds_ceil(ms: i64) -> i64 {
     (ms.max(1) + 999) / 1_000
 }
 
-fn state_answer(status: &str, reference: &crate::domain::Reference, payment_status: &str, outcome: Outcome) -> Answer {
+fn state_answer(
+    status: &str,
+    reference: &crate::domain::Reference,
+    payment_status: &str,
+    outcome: Outcome,
+) -> Answer {
     Answer::json(
         200,
-        &Status { status, reference: Some(reference.as_str()), payment_status: Some(payment_status), event_type: None },
+        &Status {
+            status,
+            reference: Some(reference.as_str()),
+            payment_status: Some(payment_status),
+            event_type: None,
+        },
         outcome,
     )
 }

@@ -35,7 +35,10 @@ pub enum ReplayError {
 
 /// Rebuilds the normalised event of a stored delivery (read with its body).
 pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, ReplayError> {
-    let body = d.raw_body.as_deref().ok_or_else(|| ReplayError::Facts("the delivery was read without its body".into()))?;
+    let body = d
+        .raw_body
+        .as_deref()
+        .ok_or_else(|| ReplayError::Facts("the delivery was read without its body".into()))?;
     if d.event_type == RESUME_EVENT_TYPE {
         let kind = ClaimedFacts::parse_kind(body).map_err(ReplayError::Facts)?;
         return Ok(NormalisedEvent {
@@ -46,7 +49,9 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
             transaction_id: None,
         });
     }
-    let adapter = providers.get(d.provider).ok_or(ReplayError::ProviderNotConfigured(d.provider))?;
+    let adapter = providers
+        .get(d.provider)
+        .ok_or(ReplayError::ProviderNotConfigured(d.provider))?;
     Ok(adapter.normalise(body.as_bytes())?)
 }
 
@@ -73,21 +78,32 @@ pub async fn redrive(
 }
 
 /// What a replay would do, read without writing anything.
-pub async fn predict(store: &DynamoStore, providers: &Providers, d: &Delivery) -> Result<String, ReplayError> {
+pub async fn predict(
+    store: &DynamoStore,
+    providers: &Providers,
+    d: &Delivery,
+) -> Result<String, ReplayError> {
     let event = event_of(providers, &store.with_body(d).await?)?;
     if let Some(key) = event.key() {
         return Ok(match store.get_claim(&key).await? {
-            Some(c) if matches!(c.state, ClaimState::Done(_)) => "replay stored response (no change)".into(),
+            Some(c) if matches!(c.state, ClaimState::Done(_)) => {
+                "replay stored response (no change)".into()
+            }
             Some(_) => "in flight (no change now)".into(),
             // No claim (never claimed, released, or expired): the payment says whether the
             // movement already happened under this key.
-            None if already_moved(store, &event, &key).await? => format!("already applied {key} (no change)"),
+            None if already_moved(store, &event, &key).await? => {
+                format!("already applied {key} (no change)")
+            }
             None => format!("apply {key}"),
         });
     }
     Ok(match &event.kind {
         EventKind::PaymentState { facts, to } => {
-            let now = store.payment(event.provider, &facts.reference).await?.map(|p| p.status);
+            let now = store
+                .payment(event.provider, &facts.reference)
+                .await?
+                .map(|p| p.status);
             match now {
                 Some(s) if !to.sources_of().contains(&s) => format!("stale ({s} stays)"),
                 Some(s) => format!("move {s} -> {to}"),
@@ -99,15 +115,27 @@ pub async fn predict(store: &DynamoStore, providers: &Providers, d: &Delivery) -
 }
 
 /// True when the payment records that `key` already moved its money (claim expired since).
-async fn already_moved(store: &DynamoStore, event: &NormalisedEvent, key: &crate::domain::IdempotencyKey) -> Result<bool, ReplayError> {
-    let Some(reference) = event.reference() else { return Ok(false) };
-    let Some(p) = store.payment(event.provider, reference).await? else { return Ok(false) };
+async fn already_moved(
+    store: &DynamoStore,
+    event: &NormalisedEvent,
+    key: &crate::domain::IdempotencyKey,
+) -> Result<bool, ReplayError> {
+    let Some(reference) = event.reference() else {
+        return Ok(false);
+    };
+    let Some(p) = store.payment(event.provider, reference).await? else {
+        return Ok(false);
+    };
     let k = key.as_str();
     Ok(match &event.kind {
         EventKind::PaymentSucceeded(_) => p.paid_key.as_deref() == Some(k),
         EventKind::RefundSucceeded(_) => p.refund_keys.iter().any(|r| r == k),
         EventKind::RefundReversed(r) => {
-            let refund = crate::domain::IdempotencyKey::new(event.provider, crate::domain::Operation::Refund, &r.refund_reference);
+            let refund = crate::domain::IdempotencyKey::new(
+                event.provider,
+                crate::domain::Operation::Refund,
+                &r.refund_reference,
+            );
             p.reversed_refund_keys.iter().any(|x| x == refund.as_str())
         }
         _ => false,
@@ -151,7 +179,11 @@ pub async fn replay(
     let mut cursor: Option<String> = None;
     loop {
         let page = store.query(filter, 200, cursor.as_deref()).await?;
-        selected.extend(page.deliveries.into_iter().filter(|d| opts.include_replays || d.replay_of.is_none()));
+        selected.extend(
+            page.deliveries
+                .into_iter()
+                .filter(|d| opts.include_replays || d.replay_of.is_none()),
+        );
         cursor = page.next;
         if cursor.is_none() || selected.len() >= opts.max {
             break;
@@ -161,13 +193,19 @@ pub async fn replay(
     // Oldest first: the order they arrived in.
     selected.reverse();
     let total = selected.len();
-    let mut summary = Summary { selected: total, dry_run: opts.dry_run, ..Summary::default() };
+    let mut summary = Summary {
+        selected: total,
+        dry_run: opts.dry_run,
+        ..Summary::default()
+    };
     let mut results = futures::stream::iter(selected.iter())
         .map(|d| async move {
             let r = if opts.dry_run {
                 predict(store, providers, d).await
             } else {
-                redrive(pipeline, providers, d, &opts.started_by, opts.lease_ms).await.map(|a| a.outcome.to_string())
+                redrive(pipeline, providers, d, &opts.started_by, opts.lease_ms)
+                    .await
+                    .map(|a| a.outcome.to_string())
             };
             (d.id.clone(), r)
         })

@@ -18,7 +18,9 @@ pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().with_current_span(false).init();
     } else {
@@ -37,16 +39,21 @@ pub fn in_lambda() -> bool {
 /// elsewhere (`payhook serve`, the CLI, tests) a multi-thread runtime serves concurrent requests.
 pub fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     if in_lambda() {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().enable_all().build()
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
     }
 }
 
 /// True when the DynamoDB endpoint the SDK will use is plain `http://` (dynalite, DynamoDB
 /// Local): the standard endpoint variables, service-specific first, as the SDK reads them.
 fn endpoint_is_plain_http() -> bool {
-    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").or_else(|_| std::env::var("AWS_ENDPOINT_URL"));
+    let endpoint =
+        std::env::var("AWS_ENDPOINT_URL_DYNAMODB").or_else(|_| std::env::var("AWS_ENDPOINT_URL"));
     endpoint.is_ok_and(|e| e.trim().to_ascii_lowercase().starts_with("http://"))
 }
 
@@ -72,7 +79,11 @@ pub async fn dynamo_store(config: &Config) -> DynamoStore {
         loader = loader.http_client(aws_smithy_http_client::Builder::new().build_http());
     }
     let sdk = loader.load().await;
-    DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), config.tables.clone(), config.store)
+    DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        config.tables.clone(),
+        config.store,
+    )
 }
 
 /// What the operations function (reconcile, replay) needs.
@@ -83,7 +94,8 @@ pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
     let settings = reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms));
-    let call_timeout = std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
+    let call_timeout =
+        std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
     Ok(Ops {
         pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,

@@ -22,7 +22,13 @@ async fn the_cpu_bench_drives_serve_and_the_emulated_lambda_runtime() {
     // WHEN benches/cpu.py runs its quick check against both payhook targets
     let out = Command::new("python3")
         .arg(format!("{root}/benches/cpu.py"))
-        .args(["--check", "--targets", "payhook-serve,payhook-lambda", "--payhook", env!("CARGO_BIN_EXE_payhook")])
+        .args([
+            "--check",
+            "--targets",
+            "payhook-serve,payhook-lambda",
+            "--payhook",
+            env!("CARGO_BIN_EXE_payhook"),
+        ])
         .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint())
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
@@ -35,17 +41,34 @@ async fn the_cpu_bench_drives_serve_and_the_emulated_lambda_runtime() {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run python3 benches/cpu.py");
-    assert!(out.status.success(), "cpu.py failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cpu.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // THEN it reports every class and init for both paths, and the Lambda init on https
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for target in ["payhook-serve", "payhook-lambda"] {
         for class in ["new", "duplicate", "bad_signature"] {
-            assert!(report["targets"][target]["per_delivery"][class]["cpu_ms"].is_number(), "{target} {class}: {report}");
+            assert!(
+                report["targets"][target]["per_delivery"][class]["cpu_ms"].is_number(),
+                "{target} {class}: {report}"
+            );
         }
-        assert!(report["targets"][target]["init"]["ready_ms"].as_f64().unwrap() > 0.0);
+        assert!(
+            report["targets"][target]["init"]["ready_ms"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
     }
-    assert!(report["targets"]["payhook-lambda"]["init_https"]["ready_ms"].as_f64().unwrap() > 0.0);
+    assert!(
+        report["targets"]["payhook-lambda"]["init_https"]["ready_ms"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 
     // AND per target 5 new movements were applied once each (1 init run, 1 warm-up, 3 new), their
     // 3 duplicates moved nothing, and the 3 bad signatures wrote nothing: 10 claims, payments and

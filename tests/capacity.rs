@@ -19,12 +19,18 @@ use payhook::store::dynamodb::DynamoStore;
 async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets() {
     // GIVEN the model over fresh tables with the production layout (32 index shards)
     let base = store("capacity").await;
-    let mut model = Model::new(&base, &unique_prefix("capmodel"), &config(30_000), 11).await.unwrap();
+    let mut model = Model::new(&base, &unique_prefix("capmodel"), &config(30_000), 11)
+        .await
+        .unwrap();
 
     // WHEN new deliveries and duplicates of 4 KB bodies, and a mixed scenario, run through it
     let per = classes(&mut model, 4_096, 6).await.unwrap();
-    let wide = scenario(&mut model, "wide", 10_000.0, 10_000, 0.3, 80).await.unwrap();
-    let hot = scenario(&mut model, "one account", 1_000.0, 1, 0.0, 40).await.unwrap();
+    let wide = scenario(&mut model, "wide", 10_000.0, 10_000, 0.3, 80)
+        .await
+        .unwrap();
+    let hot = scenario(&mut model, "one account", 1_000.0, 1, 0.0, 40)
+        .await
+        .unwrap();
 
     // THEN a new 4 KB delivery costs at most 12 write units and a duplicate at most 5
     let (new, dup) = (&per[0], &per[1]);
@@ -35,7 +41,13 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
     for s in [&wide, &hot] {
         assert!(s.within_key_limit, "{s:?}");
         for h in &s.hottest {
-            assert!(h.keys_in_family >= 4, "{}: {} {} is not sharded", s.name, h.target, h.key);
+            assert!(
+                h.keys_in_family >= 4,
+                "{}: {} {} is not sharded",
+                s.name,
+                h.target,
+                h.key
+            );
         }
     }
     let layout = model.store.layout().await.unwrap();
@@ -46,7 +58,14 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
 fn indexes_never_project_a_body() {
     for table in ALL {
         for ix in table.indexes {
-            assert!(!ix.projected.iter().any(|a| *a == "raw_body" || *a == "body_z"), "{}/{}", table.role, ix.name);
+            assert!(
+                !ix.projected
+                    .iter()
+                    .any(|a| *a == "raw_body" || *a == "body_z"),
+                "{}/{}",
+                table.role,
+                ix.name
+            );
         }
     }
 }
@@ -76,7 +95,11 @@ async fn balance_read_units(base: &DynamoStore, account: &AccountId) -> (i64, u6
     let recorded = store_with(base, sdk_builder().interceptor(recorder.clone()));
     let b = recorded.balance(account).await.unwrap();
     let units = Totals::of(&recorder.take()).read_units;
-    (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries, units)
+    (
+        b.balances.get(&ngn()).copied().unwrap_or(0),
+        b.entries,
+        units,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +112,9 @@ async fn a_balance_read_costs_shards_plus_recent_entries_not_history() {
         post(&store, &acct, i, old + i as i64, 10).await;
     }
     let key = IdempotencyKey::from_stored("generic:payment:in_flight".into());
-    let ClaimOutcome::Claimed { .. } = store.claim(&key, "{}", 60_000).await.unwrap() else { panic!("claim") };
+    let ClaimOutcome::Claimed { .. } = store.claim(&key, "{}", 60_000).await.unwrap() else {
+        panic!("claim")
+    };
     let claimed_at = payhook::domain::now_ms();
 
     // WHEN the balance is read twice (the first read finds many entries and rolls checkpoints)
@@ -99,7 +124,10 @@ async fn a_balance_read_costs_shards_plus_recent_entries_not_history() {
     // THEN both are exact, and the second reads checkpoints instead of 2,000 entries
     assert_eq!((first, n1), (20_000, 2_000));
     assert_eq!((second, n2), (20_000, 2_000));
-    assert!(units2 < 10.0, "second read: {units2} read units (first {units1})");
+    assert!(
+        units2 < 10.0,
+        "second read: {units2} read units (first {units1})"
+    );
     assert!(units1 > 5.0 * units2, "first {units1} vs second {units2}");
 
     // AND an entry of the claim in progress, posted late with its time from after the claim

@@ -12,7 +12,9 @@ use std::time::Duration;
 use common::faults::{invoke, Fault, FaultInjector, Invocation, ALL_FAULTS};
 use common::*;
 use futures::StreamExt;
-use payhook::domain::{AccountId, Currency, IdempotencyKey, Money, PaymentStatus, ProviderId, Reference};
+use payhook::domain::{
+    AccountId, Currency, IdempotencyKey, Money, PaymentStatus, ProviderId, Reference,
+};
 use payhook::http::App;
 use payhook::idempotency::{ClaimOutcome, ClaimState, Claims, FinalizeOutcome, StoredResponse};
 use payhook::ledger::{ExpectedPayment, Ledger, Payments, PostOutcome, Posting};
@@ -29,7 +31,10 @@ fn ngn() -> Currency {
 }
 
 async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
-    let b = store.balance(&AccountId::parse(acct).unwrap()).await.unwrap();
+    let b = store
+        .balance(&AccountId::parse(acct).unwrap())
+        .await
+        .unwrap();
     (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries)
 }
 
@@ -57,13 +62,31 @@ async fn in_progress_claims(store: &DynamoStore) -> usize {
     scan(store, &store.tables().idempotency.clone())
         .await
         .iter()
-        .filter(|i| i.get("status").and_then(|v| v.as_s().ok()).map(String::as_str) == Some("IN_PROGRESS"))
+        .filter(|i| {
+            i.get("status")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                == Some("IN_PROGRESS")
+        })
         .count()
 }
 
-fn reconciler<'a>(pipeline: &'a Pipeline<DynamoStore>, providers: &'a Providers, api: &'a HttpProviderApi) -> Reconciler<'a, HttpProviderApi> {
-    let settings = ReconcileSettings { pending_after_ms: 0, lease_ms: 5_000, ..ReconcileSettings::default() };
-    Reconciler { pipeline, providers, api, settings }
+fn reconciler<'a>(
+    pipeline: &'a Pipeline<DynamoStore>,
+    providers: &'a Providers,
+    api: &'a HttpProviderApi,
+) -> Reconciler<'a, HttpProviderApi> {
+    let settings = ReconcileSettings {
+        pending_after_ms: 0,
+        lease_ms: 5_000,
+        ..ReconcileSettings::default()
+    };
+    Reconciler {
+        pipeline,
+        providers,
+        api,
+        settings,
+    }
 }
 
 #[tokio::test]
@@ -80,17 +103,30 @@ async fn a_fault_at_any_write_is_finished_by_the_retry_and_never_applied_twice()
             let first = invoke(inv.clone(), send(&app, signed(&body))).await;
             assert!(inv.fired(), "{r}: the fault never fired");
             // The fault surfaces as a retryable answer, never as a success we did not finish.
-            assert!(first.status == 503 || first.status == 200, "{r}: {} {}", first.status, first.body);
+            assert!(
+                first.status == 503 || first.status == 200,
+                "{r}: {} {}",
+                first.status,
+                first.body
+            );
 
             // WHEN the provider retries until it gets a final answer
-            let last = until_settled(&app, &body, 50).await.expect("settles once the lease expires");
+            let last = until_settled(&app, &body, 50)
+                .await
+                .expect("settles once the lease expires");
 
             // THEN the money moved exactly once and the answer is the applied one
             assert_eq!(last.status, 200, "{r}: {}", last.body);
             assert_eq!(last.json()["status"], "applied", "{r}");
             assert_eq!(balance(&store, &acct).await, (700, 1), "{r}");
-            let claim = store.get_claim(&IdempotencyKey::from_stored(format!("generic:payment:{r}"))).await.unwrap();
-            assert!(matches!(claim.map(|c| c.state), Some(ClaimState::Done(_))), "{r}");
+            let claim = store
+                .get_claim(&IdempotencyKey::from_stored(format!("generic:payment:{r}")))
+                .await
+                .unwrap();
+            assert!(
+                matches!(claim.map(|c| c.state), Some(ClaimState::Done(_))),
+                "{r}"
+            );
         }
     }
 }
@@ -102,8 +138,11 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     let app = app(store.clone(), 30_000);
     let body = payment_body("e_z", "pay_z", "w_z", 900, "NGN");
     let key = IdempotencyKey::from_stored("generic:payment:pay_z".into());
-    let fp = r#"{"op":"payment","reference":"pay_z","account":"w_z","amount":900,"currency":"NGN"}"#;
-    let ClaimOutcome::Claimed { token: a, .. } = store.claim(&key, fp, 50).await.unwrap() else { panic!("A must win") };
+    let fp =
+        r#"{"op":"payment","reference":"pay_z","account":"w_z","amount":900,"currency":"NGN"}"#;
+    let ClaimOutcome::Claimed { token: a, .. } = store.claim(&key, fp, 50).await.unwrap() else {
+        panic!("A must win")
+    };
     tokio::time::sleep(Duration::from_millis(80)).await;
 
     // WHEN B (a redelivery) takes over the expired lease and completes
@@ -112,24 +151,63 @@ async fn a_zombie_cannot_overwrite_its_successor() {
 
     // AND A wakes up, resumes its steps and tries to finalize with its own answer
     let ev = payhook::domain::ClaimedFacts::parse_kind(fp).unwrap();
-    let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else { panic!() };
-    let new = payhook::ledger::NewCredit { shard: 0, default_account: None };
-    let payhook::ledger::PaidOutcome::AlreadyApplied(paid) = store.mark_paid(ProviderId::Generic, &facts, &key, new).await.unwrap() else {
+    let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else {
+        panic!()
+    };
+    let new = payhook::ledger::NewCredit {
+        shard: 0,
+        default_account: None,
+    };
+    let payhook::ledger::PaidOutcome::AlreadyApplied(paid) = store
+        .mark_paid(ProviderId::Generic, &facts, &key, new)
+        .await
+        .unwrap()
+    else {
         panic!("A's resumed payment step must find B's")
     };
     let shard = paid.ledger_shard.expect("placement recorded");
     let at_ms = payhook::ledger::movement_time(&paid, &key);
-    assert!(at_ms.is_some(), "the credit's time is recorded on the payment");
-    let posting = Posting { key: key.clone(), account: facts.account.clone().unwrap(), shard, at_ms, currency: ngn(), amount_minor: 900, reference: facts.reference.clone(), posted_at_ms: 0 };
-    assert_eq!(store.post(&posting).await.unwrap(), PostOutcome::AlreadyPosted);
-    let zombie = StoredResponse { status: 200, body: "{\"zombie\":true}".into() };
+    assert!(
+        at_ms.is_some(),
+        "the credit's time is recorded on the payment"
+    );
+    let posting = Posting {
+        key: key.clone(),
+        account: facts.account.clone().unwrap(),
+        shard,
+        at_ms,
+        currency: ngn(),
+        amount_minor: 900,
+        reference: facts.reference.clone(),
+        posted_at_ms: 0,
+    };
+    assert_eq!(
+        store.post(&posting).await.unwrap(),
+        PostOutcome::AlreadyPosted
+    );
+    let zombie = StoredResponse {
+        status: 200,
+        body: "{\"zombie\":true}".into(),
+    };
     let outcome = store.finalize(&key, &a, &zombie).await.unwrap();
 
     // THEN A's write is rejected and the stored response is B's
-    assert_eq!(outcome, FinalizeOutcome::Superseded(Some(StoredResponse { status: 200, body: b.body.clone() })));
-    assert!(!store.release(&key, &a).await.unwrap(), "a zombie must not release its successor's claim");
+    assert_eq!(
+        outcome,
+        FinalizeOutcome::Superseded(Some(StoredResponse {
+            status: 200,
+            body: b.body.clone()
+        }))
+    );
+    assert!(
+        !store.release(&key, &a).await.unwrap(),
+        "a zombie must not release its successor's claim"
+    );
     let again = send(&app, signed(&body)).await;
-    assert_eq!((again.replayed, again.body.as_str()), (true, b.body.as_str()));
+    assert_eq!(
+        (again.replayed, again.body.as_str()),
+        (true, b.body.as_str())
+    );
     assert_eq!(balance(&store, "w_z").await, (900, 1));
 }
 
@@ -146,7 +224,16 @@ async fn chaos(seed: u64) {
         expected += amount;
         for copy in 0..rng.gen_range(1..=6) {
             let fault_seed: u64 = rng.gen();
-            deliveries.push((payment_body(&format!("e{i}_{copy}"), &format!("c{i}"), "w_chaos", amount, "NGN"), fault_seed));
+            deliveries.push((
+                payment_body(
+                    &format!("e{i}_{copy}"),
+                    &format!("c{i}"),
+                    "w_chaos",
+                    amount,
+                    "NGN",
+                ),
+                fault_seed,
+            ));
         }
     }
     rand::seq::SliceRandom::shuffle(deliveries.as_mut_slice(), &mut rng);
@@ -157,7 +244,12 @@ async fn chaos(seed: u64) {
             async move {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(fault_seed);
                 for _ in 0..60 {
-                    let plan = rng.gen_bool(0.3).then(|| (rng.gen_range(0..5), ALL_FAULTS[rng.gen_range(0..ALL_FAULTS.len())]));
+                    let plan = rng.gen_bool(0.3).then(|| {
+                        (
+                            rng.gen_range(0..5),
+                            ALL_FAULTS[rng.gen_range(0..ALL_FAULTS.len())],
+                        )
+                    });
                     let inv = Invocation::new(plan);
                     let r = invoke(inv.clone(), send(&app, signed(&body))).await;
                     if inv.fired() {
@@ -166,7 +258,12 @@ async fn chaos(seed: u64) {
                     if r.status == 200 {
                         return 0usize;
                     }
-                    assert!(r.status == 409 || r.status == 503, "seed {seed}: {} {}", r.status, r.body);
+                    assert!(
+                        r.status == 409 || r.status == 503,
+                        "seed {seed}: {} {}",
+                        r.status,
+                        r.body
+                    );
                     tokio::time::sleep(Duration::from_millis(rng.gen_range(20..60))).await;
                 }
                 1
@@ -187,15 +284,29 @@ async fn chaos(seed: u64) {
 
     // THEN every reference was applied exactly once and nothing is stuck
     let fired = *faults_fired.lock().unwrap();
-    eprintln!("seed {seed}: {fired} faults fired, {unsettled} deliveries gave up, reconcile completed {}", report.completed.len());
+    eprintln!(
+        "seed {seed}: {fired} faults fired, {unsettled} deliveries gave up, reconcile completed {}",
+        report.completed.len()
+    );
     assert!(fired > 100, "seed {seed}: too few faults fired ({fired})");
-    assert_eq!(balance(&store, "w_chaos").await, (expected, 300), "seed {seed}");
-    assert_eq!(in_progress_claims(&store).await, 0, "seed {seed}: claims stuck IN_PROGRESS; report {report:?}");
+    assert_eq!(
+        balance(&store, "w_chaos").await,
+        (expected, 300),
+        "seed {seed}"
+    );
+    assert_eq!(
+        in_progress_claims(&store).await,
+        0,
+        "seed {seed}: claims stuck IN_PROGRESS; report {report:?}"
+    );
     assert!(report.needs_human.is_empty(), "seed {seed}: {report:?}");
 }
 
 fn chaos_seed(offset: u64) -> u64 {
-    std::env::var("PAYHOOK_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::random::<u64>().wrapping_add(offset))
+    std::env::var("PAYHOOK_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::random::<u64>().wrapping_add(offset))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -215,24 +326,40 @@ async fn chaos_seed_c() {
 
 /// A fake provider API on loopback: `GET /payments/{reference}` answers from a table, and
 /// records the Authorization header it was sent.
-async fn fake_provider(answers: HashMap<String, serde_json::Value>) -> (String, Arc<Mutex<Vec<String>>>) {
+async fn fake_provider(
+    answers: HashMap<String, serde_json::Value>,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     use axum::extract::{Path, State};
     use axum::http::HeaderMap;
-    type Fake = (Arc<HashMap<String, serde_json::Value>>, Arc<Mutex<Vec<String>>>);
+    type Fake = (
+        Arc<HashMap<String, serde_json::Value>>,
+        Arc<Mutex<Vec<String>>>,
+    );
     let seen = Arc::new(Mutex::new(Vec::new()));
     let state: Fake = (Arc::new(answers), seen.clone());
-    let app = axum::Router::new()
-        .route(
-            "/payments/{reference}",
-            axum::routing::get(|State((answers, seen)): State<Fake>, Path(r): Path<String>, headers: HeaderMap| async move {
-                seen.lock().unwrap().push(headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned());
-                match answers.get(&r) {
-                    Some(v) => (axum::http::StatusCode::OK, v.to_string()),
-                    None => (axum::http::StatusCode::NOT_FOUND, "{}".to_owned()),
-                }
-            }),
-        )
-        .with_state(state);
+    let app =
+        axum::Router::new()
+            .route(
+                "/payments/{reference}",
+                axum::routing::get(
+                    |State((answers, seen)): State<Fake>,
+                     Path(r): Path<String>,
+                     headers: HeaderMap| async move {
+                        seen.lock().unwrap().push(
+                            headers
+                                .get("authorization")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_owned(),
+                        );
+                        match answers.get(&r) {
+                            Some(v) => (axum::http::StatusCode::OK, v.to_string()),
+                            None => (axum::http::StatusCode::NOT_FOUND, "{}".to_owned()),
+                        }
+                    },
+                ),
+            )
+            .with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -259,7 +386,13 @@ fn subjects(findings: &[payhook::reconcile::Finding]) -> Vec<String> {
 async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_answer() {
     // GIVEN five registered payments we never heard about, and a provider that knows them
     let store = store("reconcile").await;
-    for r in ["rc_paid", "rc_failed", "rc_attempt", "rc_pending", "rc_other"] {
+    for r in [
+        "rc_paid",
+        "rc_failed",
+        "rc_attempt",
+        "rc_pending",
+        "rc_other",
+    ] {
         expect(&store, r, "w_rc", 4_000).await;
     }
     let answers: HashMap<String, serde_json::Value> = [
@@ -274,7 +407,12 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let (base_url, seen) = fake_provider(answers).await;
-    let api = HttpProviderApi::new(vec![ApiEndpoint { provider: ProviderId::Generic, base_url, api_key: "k_test".into() }]).unwrap();
+    let api = HttpProviderApi::new(vec![ApiEndpoint {
+        provider: ProviderId::Generic,
+        base_url,
+        api_key: "k_test".into(),
+    }])
+    .unwrap();
     let (providers, _) = config(30_000).providers();
     let pipeline = Pipeline::new(store.clone());
 
@@ -283,12 +421,30 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
 
     // THEN the paid one is credited once, the canceled one FAILED, the pending one and the
     // failed attempt unknown, the mismatching one left for a human; the provider saw our key
-    assert_eq!(subjects(&report.completed), vec!["rc_failed", "rc_paid"], "{report:?}");
-    assert_eq!(subjects(&report.still_unknown), vec!["rc_attempt", "rc_pending"], "{report:?}");
-    assert_eq!(subjects(&report.needs_human), vec!["rc_other"], "{report:?}");
+    assert_eq!(
+        subjects(&report.completed),
+        vec!["rc_failed", "rc_paid"],
+        "{report:?}"
+    );
+    assert_eq!(
+        subjects(&report.still_unknown),
+        vec!["rc_attempt", "rc_pending"],
+        "{report:?}"
+    );
+    assert_eq!(
+        subjects(&report.needs_human),
+        vec!["rc_other"],
+        "{report:?}"
+    );
     let status = |r: &'static str| {
         let store = store.clone();
-        async move { store.payment(ProviderId::Generic, &Reference::parse(r).unwrap()).await.unwrap().map(|p| p.status) }
+        async move {
+            store
+                .payment(ProviderId::Generic, &Reference::parse(r).unwrap())
+                .await
+                .unwrap()
+                .map(|p| p.status)
+        }
     };
     assert_eq!(status("rc_paid").await, Some(PaymentStatus::Paid));
     assert_eq!(status("rc_failed").await, Some(PaymentStatus::Failed));
@@ -299,7 +455,11 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
 
     // AND the webhook that arrives late is a replay, not a second credit
     let app = app(store.clone(), 30_000);
-    let late = send(&app, signed(&payment_body("late", "rc_paid", "w_rc", 4_000, "NGN"))).await;
+    let late = send(
+        &app,
+        signed(&payment_body("late", "rc_paid", "w_rc", 4_000, "NGN")),
+    )
+    .await;
     assert_eq!((late.status, late.replayed), (200, true), "{}", late.body);
     assert_eq!(balance(&store, "w_rc").await, (4_000, 1));
 }
@@ -311,8 +471,16 @@ async fn reconciliation_resumes_stuck_claims_and_redrives_failed_deliveries() {
     let (store, app) = faulty("resume").await;
     let crashed = payment_body("e_crash", "pay_crash", "w_res", 111, "NGN");
     let failed = payment_body("e_fail", "pay_fail", "w_res", 222, "NGN");
-    let r1 = invoke(Invocation::new(Some((1, Fault::CrashAfter))), send(&app, signed(&crashed))).await;
-    let r2 = invoke(Invocation::new(Some((1, Fault::ServerError))), send(&app, signed(&failed))).await;
+    let r1 = invoke(
+        Invocation::new(Some((1, Fault::CrashAfter))),
+        send(&app, signed(&crashed)),
+    )
+    .await;
+    let r2 = invoke(
+        Invocation::new(Some((1, Fault::ServerError))),
+        send(&app, signed(&failed)),
+    )
+    .await;
     assert_eq!((r1.status, r2.status), (503, 503));
     assert_eq!(balance(&store, "w_res").await, (0, 0));
     assert_eq!(in_progress_claims(&store).await, 2);
@@ -328,7 +496,18 @@ async fn reconciliation_resumes_stuck_claims_and_redrives_failed_deliveries() {
     assert_eq!(balance(&store, "w_res").await, (333, 2), "{report:?}");
     assert_eq!(in_progress_claims(&store).await, 0);
     let kinds: Vec<&str> = report.completed.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "stuck_claim").count(), 2, "{report:?}");
-    assert_eq!(kinds.iter().filter(|k| **k == "failed_delivery").count(), 1, "{report:?}");
-    assert!(report.needs_human.is_empty() && report.still_unknown.is_empty(), "{report:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "stuck_claim").count(),
+        2,
+        "{report:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "failed_delivery").count(),
+        1,
+        "{report:?}"
+    );
+    assert!(
+        report.needs_human.is_empty() && report.still_unknown.is_empty(),
+        "{report:?}"
+    );
 }

@@ -26,15 +26,28 @@ fn paystack() -> Paystack {
 }
 
 fn flutterwave() -> Flutterwave {
-    Flutterwave::from_env_values(Some("fuzz-v3-hash"), Some("fuzz-v4-secret"), ReferenceField::TxRef, "account").unwrap()
+    Flutterwave::from_env_values(
+        Some("fuzz-v3-hash"),
+        Some("fuzz-v4-secret"),
+        ReferenceField::TxRef,
+        "account",
+    )
+    .unwrap()
 }
 
 fn generic() -> Generic {
-    Generic { scheme: StandardWebhooks::from_env_value("whsec_ZnV6ei1nZW5lcmlj", 300).unwrap() }
+    Generic {
+        scheme: StandardWebhooks::from_env_value("whsec_ZnV6ei1nZW5lcmlj", 300).unwrap(),
+    }
 }
 
 fn adapters() -> Vec<Box<dyn Provider>> {
-    vec![Box::new(stripe()), Box::new(paystack()), Box::new(flutterwave()), Box::new(generic())]
+    vec![
+        Box::new(stripe()),
+        Box::new(paystack()),
+        Box::new(flutterwave()),
+        Box::new(generic()),
+    ]
 }
 
 /// Header names the adapters read, plus noise.
@@ -183,6 +196,9 @@ proptest! {
 
 fn one(name: &'static str, value: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(HeaderName::from_static(name), HeaderValue::from_str(value).unwrap());
+    h.insert(
+        HeaderName::from_static(name),
+        HeaderValue::from_str(value).unwrap(),
+    );
     h
 }

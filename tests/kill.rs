@@ -49,7 +49,10 @@ fn headers(body: &str) -> Vec<(String, String)> {
     vec![
         ("webhook-id".into(), "msg_kill".into()),
         ("webhook-timestamp".into(), ts.to_string()),
-        ("webhook-signature".into(), scheme.sign("msg_kill", ts, body.as_bytes())),
+        (
+            "webhook-signature".into(),
+            scheme.sign("msg_kill", ts, body.as_bytes()),
+        ),
     ]
 }
 
@@ -57,7 +60,11 @@ fn headers(body: &str) -> Vec<(String, String)> {
 async fn sigkill_under_load_never_double_applies() {
     // GIVEN a real `payhook serve` process and 100 references delivered 1–3 times each
     let store = store("kill").await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let url = format!("http://127.0.0.1:{port}/webhooks/generic");
     let seed: u64 = rand::random();
     eprintln!("kill seed {seed}");
@@ -68,7 +75,13 @@ async fn sigkill_under_load_never_double_applies() {
         let amount = rng.gen_range(1..50_000);
         expected += amount;
         for c in 0..rng.gen_range(1..=3) {
-            deliveries.push(payment_body(&format!("k{i}_{c}"), &format!("kr{i}"), "w_kill", amount, "NGN"));
+            deliveries.push(payment_body(
+                &format!("k{i}_{c}"),
+                &format!("kr{i}"),
+                "w_kill",
+                amount,
+                "NGN",
+            ));
         }
     }
     rand::seq::SliceRandom::shuffle(deliveries.as_mut_slice(), &mut rng);
@@ -100,7 +113,12 @@ async fn sigkill_under_load_never_double_applies() {
                 for _ in 0..400 {
                     match post(&url, &headers(&body), body.clone().into_bytes()).await {
                         Ok(r) if r.status == 200 => return 200,
-                        Ok(r) => assert!(r.status == 409 || r.status >= 500, "{} {}", r.status, r.body),
+                        Ok(r) => assert!(
+                            r.status == 409 || r.status >= 500,
+                            "{} {}",
+                            r.status,
+                            r.body
+                        ),
                         Err(_) => {}
                     }
                     tokio::time::sleep(Duration::from_millis(25)).await;
@@ -123,14 +141,38 @@ async fn sigkill_under_load_never_double_applies() {
     // reference was applied exactly once
     eprintln!("seed {seed}: {kills} kills");
     assert!(kills >= 1, "the server was never killed");
-    assert!(statuses.iter().all(|s| *s == 200), "seed {seed}: some deliveries never settled");
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "seed {seed}: some deliveries never settled"
+    );
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 100)).await;
     let (providers, _) = config(LEASE_MS).providers();
     let pipeline = Pipeline::new(store.clone());
     let api = HttpProviderApi::new(Vec::new()).unwrap();
-    let settings = ReconcileSettings { pending_after_ms: 0, ..ReconcileSettings::default() };
-    let report = Reconciler { pipeline: &pipeline, providers: &providers, api: &api, settings }.run().await.unwrap();
+    let settings = ReconcileSettings {
+        pending_after_ms: 0,
+        ..ReconcileSettings::default()
+    };
+    let report = Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings,
+    }
+    .run()
+    .await
+    .unwrap();
     assert!(report.needs_human.is_empty(), "{report:?}");
-    let b = store.balance(&AccountId::parse("w_kill").unwrap()).await.unwrap();
-    assert_eq!((b.balances.get(&Currency::parse("NGN").unwrap()).copied(), b.entries), (Some(expected), 100), "seed {seed}");
+    let b = store
+        .balance(&AccountId::parse("w_kill").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            b.balances.get(&Currency::parse("NGN").unwrap()).copied(),
+            b.entries
+        ),
+        (Some(expected), 100),
+        "seed {seed}"
+    );
 }

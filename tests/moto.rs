@@ -37,7 +37,9 @@ srv.serve_forever()
 
 impl Moto {
     fn start() -> Moto {
-        let check = Command::new("python3").args(["-c", "import moto, flask, werkzeug"]).output();
+        let check = Command::new("python3")
+            .args(["-c", "import moto, flask, werkzeug"])
+            .output();
         match check {
             Ok(o) if o.status.success() => {}
             Ok(o) => panic!(
@@ -57,9 +59,17 @@ impl Moto {
             .spawn()
             .expect("start moto");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("moto stdout")).read_line(&mut line).expect("moto port");
-        let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("moto printed {line:?}, not its port"));
-        Moto { child, endpoint: format!("http://127.0.0.1:{port}") }
+        BufReader::new(child.stdout.take().expect("moto stdout"))
+            .read_line(&mut line)
+            .expect("moto port");
+        let port: u16 = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("moto printed {line:?}, not its port"));
+        Moto {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        }
     }
 }
 
@@ -78,7 +88,11 @@ fn counted(counter: &RequestCounter, moto: &Moto, tables: TableNames) -> DynamoS
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
         .interceptor(counter.clone())
         .build();
-    DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), tables, settings())
+    DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(conf),
+        tables,
+        settings(),
+    )
 }
 
 #[tokio::test]
@@ -92,7 +106,17 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
     Arc::get_mut(&mut app).expect("sole owner").metrics = false;
     let body = payment_body("evt_moto", "pay_moto", "wallet_moto", 125_000, "NGN");
     // A process reads the ledger layout once, at its first credit: warm it up first.
-    let warm = send(&app, signed(&payment_body("evt_warm", "pay_warm", "wallet_moto", 1, "NGN"))).await;
+    let warm = send(
+        &app,
+        signed(&payment_body(
+            "evt_warm",
+            "pay_warm",
+            "wallet_moto",
+            1,
+            "NGN",
+        )),
+    )
+    .await;
     assert_eq!(warm.status, 200, "{}", warm.body);
     counter.reset();
 
@@ -104,12 +128,23 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
     assert!(!first.replayed);
     let new_event = counter.snapshot();
     eprintln!("new event on moto: {new_event:?}");
-    assert_eq!(counter.get("PutItem"), 3, "claim, ledger entry, log: {new_event:?}");
-    assert_eq!(counter.get("UpdateItem"), 2, "payment transition, finalize: {new_event:?}");
+    assert_eq!(
+        counter.get("PutItem"),
+        3,
+        "claim, ledger entry, log: {new_event:?}"
+    );
+    assert_eq!(
+        counter.get("UpdateItem"),
+        2,
+        "payment transition, finalize: {new_event:?}"
+    );
     assert_eq!((counter.writes(), counter.reads()), (5, 0), "{new_event:?}");
 
     // WHEN the same event is redelivered, then the same movement comes under another event id
-    for again in [body.clone(), payment_body("evt_moto_2", "pay_moto", "wallet_moto", 125_000, "NGN")] {
+    for again in [
+        body.clone(),
+        payment_body("evt_moto_2", "pay_moto", "wallet_moto", 125_000, "NGN"),
+    ] {
         counter.reset();
         let dup = send(&app, signed(&again)).await;
 
@@ -121,7 +156,11 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
         let counts = counter.snapshot();
         eprintln!("duplicate on moto: {counts:?}");
         assert_eq!(counter.get("PutItem"), 2, "claim + log: {counts:?}");
-        assert_eq!(counter.get("GetItem"), 0, "ALL_OLD made the read unnecessary: {counts:?}");
+        assert_eq!(
+            counter.get("GetItem"),
+            0,
+            "ALL_OLD made the read unnecessary: {counts:?}"
+        );
         assert_eq!((counter.writes(), counter.reads()), (2, 0), "{counts:?}");
         assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
     }

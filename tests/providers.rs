@@ -27,7 +27,8 @@ const FW_V3: &str = "payhook-tests-flutterwave-v3-hash";
 const FW_V4: &str = "payhook-tests-flutterwave-v4-secret";
 
 fn lookup(pairs: Vec<(&'static str, String)>) -> Config {
-    Config::from_lookup(move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone())).unwrap()
+    Config::from_lookup(move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()))
+        .unwrap()
 }
 
 /// The configuration the function runs with: each provider's current secret first (the one
@@ -44,10 +45,19 @@ fn config() -> Config {
 /// A forger's configuration: well-formed secrets that are not ours.
 fn forger() -> Config {
     lookup(vec![
-        ("PAYHOOK_STRIPE_SECRETS", "whsec_not_the_endpoint_secret".to_owned()),
-        ("PAYHOOK_PAYSTACK_SECRETS", "sk_test_not_the_secret_key".to_owned()),
+        (
+            "PAYHOOK_STRIPE_SECRETS",
+            "whsec_not_the_endpoint_secret".to_owned(),
+        ),
+        (
+            "PAYHOOK_PAYSTACK_SECRETS",
+            "sk_test_not_the_secret_key".to_owned(),
+        ),
         ("PAYHOOK_FLUTTERWAVE_SECRETS", "not-the-v3-hash".to_owned()),
-        ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", "not-the-v4-secret".to_owned()),
+        (
+            "PAYHOOK_FLUTTERWAVE_V4_SECRETS",
+            "not-the-v4-secret".to_owned(),
+        ),
     ])
 }
 
@@ -56,7 +66,9 @@ fn app(store: DynamoStore) -> Arc<App> {
 }
 
 fn events_dir(provider: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("events").join(provider)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("events")
+        .join(provider)
 }
 
 /// The request an API Gateway v2 event describes.
@@ -66,14 +78,24 @@ fn request(event: &Value) -> Request<Body> {
     for (k, v) in event["headers"].as_object().unwrap() {
         req = req.header(k.as_str(), v.as_str().unwrap());
     }
-    req.body(Body::from(event["body"].as_str().unwrap().to_owned())).unwrap()
+    req.body(Body::from(event["body"].as_str().unwrap().to_owned()))
+        .unwrap()
 }
 
 /// `event` with `body` and the headers `config` signs it with.
 fn resigned(event: &Value, body: &str, config: &Config, provider: ProviderId) -> Value {
     let mut event = event.clone();
-    let id = serde_json::from_str::<Value>(body).ok().and_then(|b| b["id"].as_str().map(str::to_owned));
-    let headers = sign_headers(provider, config, body.as_bytes(), id.as_deref().unwrap_or("msg"), now_s()).unwrap();
+    let id = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|b| b["id"].as_str().map(str::to_owned));
+    let headers = sign_headers(
+        provider,
+        config,
+        body.as_bytes(),
+        id.as_deref().unwrap_or("msg"),
+        now_s(),
+    )
+    .unwrap();
     for (k, v) in headers {
         event["headers"][k] = Value::String(v);
     }
@@ -84,7 +106,11 @@ fn resigned(event: &Value, body: &str, config: &Config, provider: ProviderId) ->
 /// The same delivery with its body changed after signing.
 fn tampered(event: &Value) -> Value {
     let body = event["body"].as_str().unwrap();
-    let changed = if body.contains("wallet_42") { body.replacen("wallet_42", "wallet_66", 1) } else { body.replacen('{', "{ ", 1) };
+    let changed = if body.contains("wallet_42") {
+        body.replacen("wallet_42", "wallet_66", 1)
+    } else {
+        body.replacen('{', "{ ", 1)
+    };
     let mut event = event.clone();
     event["body"] = Value::String(changed);
     event
@@ -98,19 +124,31 @@ struct Step {
 }
 
 const fn step(file: &'static str, status: &'static str, replayed: bool) -> Step {
-    Step { file, status, replayed }
+    Step {
+        file,
+        status,
+        replayed,
+    }
 }
 
 /// Sends every sample of `provider` in order: first a tampered and a forged twin (401, nothing
 /// written), then the re-signed sample, whose answer must be `step`'s.
 async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App>, store: &DynamoStore) {
     let dir = events_dir(provider.as_str());
-    let mut files: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     files.sort();
     let mut listed: Vec<String> = steps.iter().map(|s| s.file.to_owned()).collect();
     listed.sort();
     listed.dedup();
-    assert_eq!(files, listed, "every sample in {} must be exercised", dir.display());
+    assert_eq!(
+        files,
+        listed,
+        "every sample in {} must be exercised",
+        dir.display()
+    );
 
     for s in steps {
         let path = dir.join(s.file);
@@ -118,13 +156,21 @@ async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App>, store
         let before = counts(store).await;
         for (what, twin) in [
             ("tampered", tampered(&event)),
-            ("forged", resigned(&event, event["body"].as_str().unwrap(), &forger(), provider)),
+            (
+                "forged",
+                resigned(&event, event["body"].as_str().unwrap(), &forger(), provider),
+            ),
         ] {
             let r = send(app, request(&twin)).await;
             assert_eq!(r.status, 401, "{what} {}: {}", s.file, r.body);
             assert_eq!(r.json()["error"], "invalid_signature");
         }
-        assert_eq!(counts(store).await, before, "{}: a refused twin wrote something", s.file);
+        assert_eq!(
+            counts(store).await,
+            before,
+            "{}: a refused twin wrote something",
+            s.file
+        );
         let r = send(app, request(&event)).await;
         assert_eq!(r.status, 200, "{}: {}", s.file, r.body);
         assert_eq!(r.json()["status"], s.status, "{}: {}", s.file, r.body);
@@ -133,9 +179,16 @@ async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App>, store
 }
 
 async fn assert_balance(store: &DynamoStore, expected: &[(&str, i64)], entries: u64) {
-    let b = store.balance(&AccountId::parse("wallet_42").unwrap()).await.unwrap();
+    let b = store
+        .balance(&AccountId::parse("wallet_42").unwrap())
+        .await
+        .unwrap();
     for (cur, amount) in expected {
-        assert_eq!(b.balances.get(&Currency::parse(cur).unwrap()), Some(amount), "{cur}: {b:?}");
+        assert_eq!(
+            b.balances.get(&Currency::parse(cur).unwrap()),
+            Some(amount),
+            "{cur}: {b:?}"
+        );
     }
     assert_eq!(b.entries, entries, "{b:?}");
 }
@@ -190,8 +243,15 @@ async fn flutterwave_samples_apply_in_both_schemes() {
 
     // A v3 delivery with only `verif-hash`: the right hash is accepted (a duplicate here), a
     // wrong one refused.
-    let mut v3 = resign_file(&events_dir("flutterwave").join("charge_completed_successful.json"), &config()).unwrap();
-    v3["headers"].as_object_mut().unwrap().remove("flutterwave-signature");
+    let mut v3 = resign_file(
+        &events_dir("flutterwave").join("charge_completed_successful.json"),
+        &config(),
+    )
+    .unwrap();
+    v3["headers"]
+        .as_object_mut()
+        .unwrap()
+        .remove("flutterwave-signature");
     let r = send(&app, request(&v3)).await;
     assert_eq!((r.status, r.replayed), (200, true), "{}", r.body);
     v3["headers"]["verif-hash"] = Value::String("not-the-v3-hash".into());
@@ -211,7 +271,10 @@ fn paystack_request(body: Vec<u8>, signatures: &[String]) -> Request<Body> {
 }
 
 fn paystack_sig(body: &[u8]) -> String {
-    sign_headers(ProviderId::Paystack, &config(), body, "", 0).unwrap().remove(0).1
+    sign_headers(ProviderId::Paystack, &config(), body, "", 0)
+        .unwrap()
+        .remove(0)
+        .1
 }
 
 fn signed_paystack(body: &[u8]) -> Request<Body> {
@@ -221,17 +284,30 @@ fn signed_paystack(body: &[u8]) -> Request<Body> {
 const CHARGE: &str = r#"{"event":"charge.success","data":{"id":1,"status":"success","reference":"ps_hard_1","amount":AMOUNT,"currency":"CUR","metadata":{"account":"wallet_42"}}}"#;
 
 fn charge(amount: &str, currency: &str) -> Vec<u8> {
-    CHARGE.replace("AMOUNT", amount).replace("CUR", currency).into_bytes()
+    CHARGE
+        .replace("AMOUNT", amount)
+        .replace("CUR", currency)
+        .into_bytes()
 }
 
 /// What a hostile body must get: (case, body, status, error code, field named).
-type Refusal = (&'static str, Vec<u8>, u16, &'static str, Option<&'static str>);
+type Refusal = (
+    &'static str,
+    Vec<u8>,
+    u16,
+    &'static str,
+    Option<&'static str>,
+);
 
 fn assert_refused(what: &str, r: &Resp, status: u16, error: &str, field: Option<&str>) {
     assert_eq!(r.status, status, "{what}: {}", r.body);
     let json = r.json();
     assert_eq!(json["error"], error, "{what}: {}", r.body);
-    assert!(json["message"].is_string() || status == 413, "{what}: {}", r.body);
+    assert!(
+        json["message"].is_string() || status == 413,
+        "{what}: {}",
+        r.body
+    );
     if let Some(field) = field {
         assert_eq!(json["field"], field, "{what}: {}", r.body);
     }
@@ -247,14 +323,62 @@ async fn hostile_paystack_input_gets_a_clear_error_and_writes_nothing() {
     huge.extend_from_slice(b"\"}");
     let payload_cases: Vec<Refusal> = vec![
         ("empty body", Vec::new(), 400, "malformed_json", None),
-        ("truncated JSON", good[..good.len() / 2].to_vec(), 400, "malformed_json", None),
-        ("not UTF-8", b"{\"event\":\"charge.success\xff\"}".to_vec(), 400, "malformed_json", None),
-        ("duplicate key", br#"{"event":"charge.success","event":"charge.success","data":{}}"#.to_vec(), 400, "malformed_json", None),
-        ("number beyond i64", charge("99999999999999999999", "NGN"), 400, "invalid_field", Some("data.amount")),
-        ("fractional amount", charge("5000.5", "NGN"), 400, "invalid_field", Some("data.amount")),
-        ("negative amount", charge("-500", "NGN"), 400, "invalid_field", Some("data.amount")),
-        ("zero amount", charge("0", "NGN"), 400, "invalid_field", Some("data.amount")),
-        ("unknown currency", charge("500000", "XQQ"), 400, "invalid_field", Some("data.currency")),
+        (
+            "truncated JSON",
+            good[..good.len() / 2].to_vec(),
+            400,
+            "malformed_json",
+            None,
+        ),
+        (
+            "not UTF-8",
+            b"{\"event\":\"charge.success\xff\"}".to_vec(),
+            400,
+            "malformed_json",
+            None,
+        ),
+        (
+            "duplicate key",
+            br#"{"event":"charge.success","event":"charge.success","data":{}}"#.to_vec(),
+            400,
+            "malformed_json",
+            None,
+        ),
+        (
+            "number beyond i64",
+            charge("99999999999999999999", "NGN"),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            "fractional amount",
+            charge("5000.5", "NGN"),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            "negative amount",
+            charge("-500", "NGN"),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            "zero amount",
+            charge("0", "NGN"),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            "unknown currency",
+            charge("500000", "XQQ"),
+            400,
+            "invalid_field",
+            Some("data.currency"),
+        ),
         ("oversized", huge, 413, "payload_too_large", None),
     ];
     for (what, body, status, error, field) in payload_cases {
@@ -267,27 +391,49 @@ async fn hostile_paystack_input_gets_a_clear_error_and_writes_nothing() {
         ("repeated header", vec![sig.clone(), sig.clone()]),
         ("signature of wrong length", vec![sig[..126].to_owned()]),
         ("signature not hex", vec![format!("zz{}", &sig[2..])]),
-        ("signature base64 instead of hex", vec!["q83vEjRWeJA=".into()]),
-        ("valid signature over another body", vec![paystack_sig(&charge("500001", "NGN"))]),
+        (
+            "signature base64 instead of hex",
+            vec!["q83vEjRWeJA=".into()],
+        ),
+        (
+            "valid signature over another body",
+            vec![paystack_sig(&charge("500001", "NGN"))],
+        ),
     ];
     for (what, sigs) in header_cases {
         let r = send(&app, paystack_request(good.clone(), &sigs)).await;
         assert_refused(what, &r, 401, "invalid_signature", None);
     }
-    assert_eq!(counts(&store).await, [0, 0, 0, 0], "a refused request wrote something");
+    assert_eq!(
+        counts(&store).await,
+        [0, 0, 0, 0],
+        "a refused request wrote something"
+    );
     // And the well-formed, well-signed one still applies.
     let r = send(&app, signed_paystack(&good)).await;
-    assert_eq!((r.status, r.json()["status"].clone()), (200, Value::from("applied")), "{}", r.body);
+    assert_eq!(
+        (r.status, r.json()["status"].clone()),
+        (200, Value::from("applied")),
+        "{}",
+        r.body
+    );
 }
 
 #[tokio::test]
 async fn stripe_refuses_old_and_future_timestamps() {
     let store = store("stripe-ts").await;
     let app = app(store.clone());
-    let event = resign_file(&events_dir("stripe").join("charge_succeeded.json"), &config()).unwrap();
+    let event = resign_file(
+        &events_dir("stripe").join("charge_succeeded.json"),
+        &config(),
+    )
+    .unwrap();
     let body = event["body"].as_str().unwrap();
     for (what, ts) in [("stale", now_s() - 301), ("future", now_s() + 301)] {
-        let sig = sign_headers(ProviderId::Stripe, &config(), body.as_bytes(), "", ts).unwrap().remove(0).1;
+        let sig = sign_headers(ProviderId::Stripe, &config(), body.as_bytes(), "", ts)
+            .unwrap()
+            .remove(0)
+            .1;
         let mut e = event.clone();
         e["headers"]["stripe-signature"] = Value::String(sig);
         let r = send(&app, request(&e)).await;
@@ -300,20 +446,46 @@ async fn stripe_refuses_old_and_future_timestamps() {
 async fn flutterwave_amounts_that_do_not_fit_the_currency_are_refused() {
     let store = store("fw-amounts").await;
     let app = app(store.clone());
-    let event = resign_file(&events_dir("flutterwave").join("charge_completed_successful.json"), &config()).unwrap();
+    let event = resign_file(
+        &events_dir("flutterwave").join("charge_completed_successful.json"),
+        &config(),
+    )
+    .unwrap();
     let body = event["body"].as_str().unwrap();
     for (what, amount, currency, field) in [
         ("more decimals than NGN has", "10.005", "NGN", "data.amount"),
-        ("a fraction of a zero-decimal currency", "1.5", "UGX", "data.amount"),
+        (
+            "a fraction of a zero-decimal currency",
+            "1.5",
+            "UGX",
+            "data.amount",
+        ),
         ("an exponent", "1.2e3", "NGN", "data.amount"),
         ("a quoted amount", "\"1250.5\"", "NGN", "data.amount"),
-        ("beyond i64 minor units", "92233720368547758.08", "NGN", "data.amount"),
+        (
+            "beyond i64 minor units",
+            "92233720368547758.08",
+            "NGN",
+            "data.amount",
+        ),
         ("a lower-case currency", "1250.5", "ngn", "data.currency"),
     ] {
         let changed = body
             .replace(r#""amount":1250.5"#, &format!(r#""amount":{amount}"#))
-            .replace(r#""currency":"NGN""#, &format!(r#""currency":"{currency}""#));
-        let r = send(&app, request(&resigned(&event, &changed, &config(), ProviderId::Flutterwave))).await;
+            .replace(
+                r#""currency":"NGN""#,
+                &format!(r#""currency":"{currency}""#),
+            );
+        let r = send(
+            &app,
+            request(&resigned(
+                &event,
+                &changed,
+                &config(),
+                ProviderId::Flutterwave,
+            )),
+        )
+        .await;
         assert_refused(what, &r, 400, "invalid_field", Some(field));
     }
     assert_eq!(counts(&store).await, [0, 0, 0, 0]);
@@ -324,11 +496,16 @@ async fn a_provider_with_an_empty_or_unusable_secret_is_refused_not_open() {
     let store = store("no-secret").await;
     let config = lookup(vec![
         ("PAYHOOK_PAYSTACK_SECRETS", String::new()),
-        ("PAYHOOK_STRIPE_SECRETS", "sk_live_pasted_by_mistake".to_owned()),
+        (
+            "PAYHOOK_STRIPE_SECRETS",
+            "sk_live_pasted_by_mistake".to_owned(),
+        ),
     ]);
     let app = build_app(&config, store.clone());
     for provider in ["paystack", "stripe", "flutterwave"] {
-        let req = Request::post(format!("/webhooks/{provider}")).body(Body::from("{}")).unwrap();
+        let req = Request::post(format!("/webhooks/{provider}"))
+            .body(Body::from("{}"))
+            .unwrap();
         let r = send(&app, req).await;
         assert_refused(provider, &r, 503, "provider_not_configured", None);
     }

@@ -80,20 +80,49 @@ fn app_of(store: &DynamoStore) -> Arc<App> {
 }
 
 fn api(base_url: &str, timeout_ms: u64) -> HttpProviderApi {
-    let endpoints = [ProviderId::Generic, ProviderId::Stripe, ProviderId::Paystack]
-        .into_iter()
-        .map(|provider| ApiEndpoint { provider, base_url: base_url.to_owned(), api_key: "k_test".into() })
-        .collect();
-    HttpProviderApi::new(endpoints).unwrap().with_timeout(Duration::from_millis(timeout_ms))
+    let endpoints = [
+        ProviderId::Generic,
+        ProviderId::Stripe,
+        ProviderId::Paystack,
+    ]
+    .into_iter()
+    .map(|provider| ApiEndpoint {
+        provider,
+        base_url: base_url.to_owned(),
+        api_key: "k_test".into(),
+    })
+    .collect();
+    HttpProviderApi::new(endpoints)
+        .unwrap()
+        .with_timeout(Duration::from_millis(timeout_ms))
 }
 
 fn settings() -> ReconcileSettings {
-    ReconcileSettings { pending_after_ms: 0, lease_ms: 5_000, call_timeout_ms: 300, budget_ms: 20_000, ..ReconcileSettings::default() }
+    ReconcileSettings {
+        pending_after_ms: 0,
+        lease_ms: 5_000,
+        call_timeout_ms: 300,
+        budget_ms: 20_000,
+        ..ReconcileSettings::default()
+    }
 }
 
-async fn pass(store: &DynamoStore, providers: &Providers, api: &HttpProviderApi, settings: ReconcileSettings) -> Report {
+async fn pass(
+    store: &DynamoStore,
+    providers: &Providers,
+    api: &HttpProviderApi,
+    settings: ReconcileSettings,
+) -> Report {
     let pipeline = Pipeline::new(store.clone());
-    Reconciler { pipeline: &pipeline, providers, api, settings }.run().await.unwrap()
+    Reconciler {
+        pipeline: &pipeline,
+        providers,
+        api,
+        settings,
+    }
+    .run()
+    .await
+    .unwrap()
 }
 
 fn ngn() -> Currency {
@@ -111,16 +140,27 @@ async fn expect(store: &DynamoStore, provider: ProviderId, r: &str, acct: &str, 
 }
 
 async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
-    let b = store.balance(&AccountId::parse(acct).unwrap()).await.unwrap();
+    let b = store
+        .balance(&AccountId::parse(acct).unwrap())
+        .await
+        .unwrap();
     (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries)
 }
 
 async fn status(store: &DynamoStore, provider: ProviderId, r: &str) -> Option<PaymentStatus> {
-    store.payment(provider, &Reference::parse(r).unwrap()).await.unwrap().map(|p| p.status)
+    store
+        .payment(provider, &Reference::parse(r).unwrap())
+        .await
+        .unwrap()
+        .map(|p| p.status)
 }
 
 fn subjects(findings: &[payhook::reconcile::Finding], kind: &str) -> Vec<String> {
-    let mut s: Vec<String> = findings.iter().filter(|f| f.kind == kind).map(|f| f.subject.clone()).collect();
+    let mut s: Vec<String> = findings
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| f.subject.clone())
+        .collect();
     s.sort();
     s
 }
@@ -145,11 +185,27 @@ async fn a_partial_capture_is_read_as_webhooks_read_it_and_never_over_credited()
     // THEN nothing is credited: 800 received is not the 1000 registered, and a human is told why,
     // what Stripe said, and how to look
     assert_eq!(balance(&store, "w_pc").await, (0, 0));
-    assert_eq!(status(&store, ProviderId::Stripe, "pi_partial").await, Some(PaymentStatus::Pending));
-    let f = report.needs_human.iter().find(|f| f.subject == "pi_partial").expect("needs a human");
+    assert_eq!(
+        status(&store, ProviderId::Stripe, "pi_partial").await,
+        Some(PaymentStatus::Pending)
+    );
+    let f = report
+        .needs_human
+        .iter()
+        .find(|f| f.subject == "pi_partial")
+        .expect("needs a human");
     assert_eq!(f.provider_answer.as_ref().unwrap()["amount"], 800, "{f:?}");
-    assert!(f.reason.as_deref().unwrap_or("").contains("amount"), "{f:?}");
-    assert!(f.resolve.as_deref().unwrap_or("").starts_with("payhook payments show"), "{f:?}");
+    assert!(
+        f.reason.as_deref().unwrap_or("").contains("amount"),
+        "{f:?}"
+    );
+    assert!(
+        f.resolve
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("payhook payments show"),
+        "{f:?}"
+    );
 }
 
 fn paystack_verify(reference: &str, status: &str) -> serde_json::Value {
@@ -163,21 +219,58 @@ async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credit
     let store = store("rc_abandoned").await;
     expect(&store, ProviderId::Paystack, "T_ab", "w_ab", 250_000).await;
     expect(&store, ProviderId::Paystack, "T_old", "w_ab", 250_000).await;
-    let (base, calls) = fake_provider(Arc::new(|key, _| ok(paystack_verify(key, "abandoned")))).await;
+    let (base, calls) =
+        fake_provider(Arc::new(|key, _| ok(paystack_verify(key, "abandoned")))).await;
     let (providers, _) = config().providers();
     let api = api(&base, 1_000);
 
     // WHEN passes run, the second with a give-up horizon both payments are past
     let first = pass(&store, &providers, &api, settings()).await;
-    let second = pass(&store, &providers, &api, ReconcileSettings { give_up_after_ms: 0, ..settings() }).await;
-    let third = pass(&store, &providers, &api, ReconcileSettings { give_up_after_ms: 0, ..settings() }).await;
+    let second = pass(
+        &store,
+        &providers,
+        &api,
+        ReconcileSettings {
+            give_up_after_ms: 0,
+            ..settings()
+        },
+    )
+    .await;
+    let third = pass(
+        &store,
+        &providers,
+        &api,
+        ReconcileSettings {
+            give_up_after_ms: 0,
+            ..settings()
+        },
+    )
+    .await;
 
     // THEN neither is FAILED; past the horizon they are reported abandoned and no longer asked
-    assert_eq!(subjects(&first.still_unknown, "open_payment"), vec!["T_ab", "T_old"], "{first:?}");
-    assert_eq!(subjects(&second.abandoned, "open_payment"), vec!["T_ab", "T_old"], "{second:?}");
-    assert!(third.abandoned.is_empty() && third.still_unknown.is_empty(), "{third:?}");
-    assert_eq!(calls.lock().unwrap().values().sum::<usize>(), 4, "asked twice each, then never again");
-    assert_eq!(status(&store, ProviderId::Paystack, "T_ab").await, Some(PaymentStatus::Pending));
+    assert_eq!(
+        subjects(&first.still_unknown, "open_payment"),
+        vec!["T_ab", "T_old"],
+        "{first:?}"
+    );
+    assert_eq!(
+        subjects(&second.abandoned, "open_payment"),
+        vec!["T_ab", "T_old"],
+        "{second:?}"
+    );
+    assert!(
+        third.abandoned.is_empty() && third.still_unknown.is_empty(),
+        "{third:?}"
+    );
+    assert_eq!(
+        calls.lock().unwrap().values().sum::<usize>(),
+        4,
+        "asked twice each, then never again"
+    );
+    assert_eq!(
+        status(&store, ProviderId::Paystack, "T_ab").await,
+        Some(PaymentStatus::Pending)
+    );
 
     // AND the customer finishes: the real charge.success credits once
     let cfg = config();
@@ -187,14 +280,23 @@ async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credit
     .to_string();
     for _ in 0..2 {
         let mut req = axum::http::Request::post("/webhooks/paystack");
-        for (k, v) in sign_headers(ProviderId::Paystack, &cfg, body.as_bytes(), "m", now_s()).unwrap() {
+        for (k, v) in
+            sign_headers(ProviderId::Paystack, &cfg, body.as_bytes(), "m", now_s()).unwrap()
+        {
             req = req.header(k, v);
         }
-        let r = send(&app, req.body(axum::body::Body::from(body.clone())).unwrap()).await;
+        let r = send(
+            &app,
+            req.body(axum::body::Body::from(body.clone())).unwrap(),
+        )
+        .await;
         assert_eq!(r.status, 200, "{}", r.body);
     }
     assert_eq!(balance(&store, "w_ab").await, (250_000, 1));
-    assert_eq!(status(&store, ProviderId::Paystack, "T_ab").await, Some(PaymentStatus::Paid));
+    assert_eq!(
+        status(&store, ProviderId::Paystack, "T_ab").await,
+        Some(PaymentStatus::Paid)
+    );
 }
 
 #[tokio::test]
@@ -203,12 +305,34 @@ async fn a_parked_refund_is_applied_once_its_payment_is_paid_and_never_again() {
     // whose payment is still not paid
     let store = store("rc_parked").await;
     let app = app_of(&store);
-    let refund = |r: &str, p: &str| event_body(&format!("e_{r}"), "refund.succeeded", json!({"reference": r, "payment_reference": p, "amount": 300, "currency": "NGN"}));
+    let refund = |r: &str, p: &str| {
+        event_body(
+            &format!("e_{r}"),
+            "refund.succeeded",
+            json!({"reference": r, "payment_reference": p, "amount": 300, "currency": "NGN"}),
+        )
+    };
     for _ in 0..2 {
-        assert_eq!(send(&app, signed(&refund("rf_1", "pay_pk"))).await.status, 409);
+        assert_eq!(
+            send(&app, signed(&refund("rf_1", "pay_pk"))).await.status,
+            409
+        );
     }
-    assert_eq!(send(&app, signed(&refund("rf_2", "pay_later"))).await.status, 409);
-    assert_eq!(send(&app, signed(&payment_body("e_p", "pay_pk", "w_pk", 1_000, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(&app, signed(&refund("rf_2", "pay_later")))
+            .await
+            .status,
+        409
+    );
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e_p", "pay_pk", "w_pk", 1_000, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     let (providers, _) = config().providers();
     let api = api("http://127.0.0.1:9", 300);
 
@@ -218,13 +342,44 @@ async fn a_parked_refund_is_applied_once_its_payment_is_paid_and_never_again() {
 
     // THEN the first applies the paid payment's refund once; the other waits; the second pass
     // changes nothing and writes no log row for it
-    assert_eq!(subjects(&first.completed, "parked_refund"), vec!["generic:refund:rf_1"], "{first:?}");
-    assert_eq!(subjects(&first.waiting, "parked_refund"), vec!["generic:refund:rf_2"], "{first:?}");
-    assert!(subjects(&second.completed, "parked_refund").is_empty(), "{second:?}");
-    assert_eq!(subjects(&second.waiting, "parked_refund"), vec!["generic:refund:rf_2"], "{second:?}");
+    assert_eq!(
+        subjects(&first.completed, "parked_refund"),
+        vec!["generic:refund:rf_1"],
+        "{first:?}"
+    );
+    assert_eq!(
+        subjects(&first.waiting, "parked_refund"),
+        vec!["generic:refund:rf_2"],
+        "{first:?}"
+    );
+    assert!(
+        subjects(&second.completed, "parked_refund").is_empty(),
+        "{second:?}"
+    );
+    assert_eq!(
+        subjects(&second.waiting, "parked_refund"),
+        vec!["generic:refund:rf_2"],
+        "{second:?}"
+    );
     assert_eq!(balance(&store, "w_pk").await, (700, 2));
-    let rows = store.query(&LogFilter { reference: Some(Reference::parse("pay_pk").unwrap()), ..LogFilter::default() }, 100, None).await.unwrap();
-    assert_eq!(rows.deliveries.iter().filter(|d| d.replay_of.is_some()).count(), 1);
+    let rows = store
+        .query(
+            &LogFilter {
+                reference: Some(Reference::parse("pay_pk").unwrap()),
+                ..LogFilter::default()
+            },
+            100,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.deliveries
+            .iter()
+            .filter(|d| d.replay_of.is_some())
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -233,10 +388,22 @@ async fn failed_deliveries_are_redriven_once_oldest_first_from_a_cursor() {
     let base = store("rc_failed").await;
     let faulty = store_with(&base, sdk_builder().interceptor(FaultInjector));
     let app = app(faulty, 150);
-    assert_eq!(send(&app, signed(&payment_body("e_w", "warm", "w_warm", 1, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e_w", "warm", "w_warm", 1, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     for i in 0..3 {
         let body = payment_body(&format!("e_f{i}"), &format!("pay_f{i}"), "w_f", 100, "NGN");
-        let r = invoke(Invocation::new(Some((1, Fault::ServerError))), send(&app, signed(&body))).await;
+        let r = invoke(
+            Invocation::new(Some((1, Fault::ServerError))),
+            send(&app, signed(&body)),
+        )
+        .await;
         assert_eq!(r.status, 503);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -245,20 +412,53 @@ async fn failed_deliveries_are_redriven_once_oldest_first_from_a_cursor() {
     let api = api("http://127.0.0.1:9", 300);
 
     // WHEN three passes run, each allowed two items
-    let small = ReconcileSettings { max_items: 2, ..settings() };
-    let reports = [pass(&base, &providers, &api, small).await, pass(&base, &providers, &api, small).await, pass(&base, &providers, &api, small).await];
+    let small = ReconcileSettings {
+        max_items: 2,
+        ..settings()
+    };
+    let reports = [
+        pass(&base, &providers, &api, small).await,
+        pass(&base, &providers, &api, small).await,
+        pass(&base, &providers, &api, small).await,
+    ];
 
     // THEN the oldest two are re-driven first, the third on the next pass, none twice
-    let redriven: Vec<Vec<String>> = reports.iter().map(|r| r.completed.iter().filter(|f| f.kind == "failed_delivery").map(|f| f.detail.clone()).collect()).collect();
+    let redriven: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            r.completed
+                .iter()
+                .filter(|f| f.kind == "failed_delivery")
+                .map(|f| f.detail.clone())
+                .collect()
+        })
+        .collect();
     assert_eq!(redriven[0].len(), 2, "{reports:?}");
-    assert!(redriven[0].iter().any(|d| d.ends_with("e_f0")) && redriven[0].iter().any(|d| d.ends_with("e_f1")), "{redriven:?}");
+    assert!(
+        redriven[0].iter().any(|d| d.ends_with("e_f0"))
+            && redriven[0].iter().any(|d| d.ends_with("e_f1")),
+        "{redriven:?}"
+    );
     assert_eq!(redriven[1].len(), 1, "{redriven:?}");
     assert!(redriven[1][0].ends_with("e_f2"), "{redriven:?}");
     assert!(redriven[2].is_empty(), "{redriven:?}");
     assert!(reports[0].deferred.contains(&"failed_deliveries"));
     assert_eq!(balance(&base, "w_f").await, (300, 3));
-    let failed = base.query(&LogFilter { outcome: Some(Outcome::Failed), ..LogFilter::default() }, 100, None).await.unwrap();
-    assert!(failed.deliveries.iter().all(|d| d.redriven.is_some()), "every failed delivery is marked");
+    let failed = base
+        .query(
+            &LogFilter {
+                outcome: Some(Outcome::Failed),
+                ..LogFilter::default()
+            },
+            100,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        failed.deliveries.iter().all(|d| d.redriven.is_some()),
+        "every failed delivery is marked"
+    );
 }
 
 #[tokio::test]
@@ -266,24 +466,57 @@ async fn a_provider_that_hangs_on_one_payment_cannot_stall_the_pass() {
     // GIVEN six open payments; the provider hangs 30 s on one and answers the others
     let store = store("rc_slow").await;
     for i in 0..6 {
-        expect(&store, ProviderId::Generic, &format!("slow_{i}"), "w_slow", 500).await;
+        expect(
+            &store,
+            ProviderId::Generic,
+            &format!("slow_{i}"),
+            "w_slow",
+            500,
+        )
+        .await;
     }
     let (base, _) = fake_provider(Arc::new(|key, _| {
         let delay = if key == "slow_3" { 30_000 } else { 0 };
-        (200, json!({"status": "succeeded", "amount": 500, "currency": "NGN", "account": "w_slow"}).to_string(), delay)
+        (
+            200,
+            json!({"status": "succeeded", "amount": 500, "currency": "NGN", "account": "w_slow"})
+                .to_string(),
+            delay,
+        )
     }))
     .await;
     let (providers, _) = config().providers();
 
     // WHEN a pass runs with a 300 ms call timeout and a 5 s budget
     let started = Instant::now();
-    let report = pass(&store, &providers, &api(&base, 300), ReconcileSettings { budget_ms: 5_000, ..settings() }).await;
+    let report = pass(
+        &store,
+        &providers,
+        &api(&base, 300),
+        ReconcileSettings {
+            budget_ms: 5_000,
+            ..settings()
+        },
+    )
+    .await;
 
     // THEN it ends long before the provider would have answered, the hung payment still
     // unknown, the rest applied
-    assert!(started.elapsed() < Duration::from_secs(15), "the pass took {:?}", started.elapsed());
-    assert_eq!(subjects(&report.still_unknown, "open_payment"), vec!["slow_3"], "{report:?}");
-    assert_eq!(subjects(&report.completed, "open_payment").len(), 5, "{report:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the pass took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        subjects(&report.still_unknown, "open_payment"),
+        vec!["slow_3"],
+        "{report:?}"
+    );
+    assert_eq!(
+        subjects(&report.completed, "open_payment").len(),
+        5,
+        "{report:?}"
+    );
     assert_eq!(balance(&store, "w_slow").await, (2_500, 5));
 }
 
@@ -298,7 +531,10 @@ enum Truth {
 async fn reconciliation_converges_to_the_providers_truth_under_random_answers_and_webhooks() {
     // GIVEN 40 registered payments, each with a final truth the provider reaches after a random
     // number of calls; before that it answers processing, failed (an attempt), 500 or hangs
-    let seed: u64 = std::env::var("PAYHOOK_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("PAYHOOK_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("reconcile chaos seed {seed} (PAYHOOK_TEST_SEED to repeat)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let store = store("rc_chaos").await;
@@ -306,7 +542,11 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
     for i in 0..40 {
         let r = format!("ch_{i}");
         expect(&store, ProviderId::Generic, &r, "w_ch", 1_000 + i).await;
-        let truth = if rng.gen_bool(0.75) { Truth::Paid } else { Truth::Canceled };
+        let truth = if rng.gen_bool(0.75) {
+            Truth::Paid
+        } else {
+            Truth::Canceled
+        };
         truths.insert(r, (truth, 1_000 + i, rng.gen_range(1..5usize)));
     }
     let answers = Arc::new(truths.clone());
@@ -332,7 +572,12 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
     let app = app_of(&store);
 
     // WHEN passes run while some paid payments' webhooks arrive at random moments
-    let webhooks: Vec<String> = truths.iter().filter(|(_, t)| t.0 == Truth::Paid).map(|(r, _)| r.clone()).filter(|_| rng.gen_bool(0.5)).collect();
+    let webhooks: Vec<String> = truths
+        .iter()
+        .filter(|(_, t)| t.0 == Truth::Paid)
+        .map(|(r, _)| r.clone())
+        .filter(|_| rng.gen_bool(0.5))
+        .collect();
     let sender = {
         let (app, truths) = (app.clone(), truths.clone());
         let delays: Vec<u64> = webhooks.iter().map(|_| rng.gen_range(0..1_500)).collect();
@@ -342,7 +587,11 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
                 async move {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                     for _ in 0..50 {
-                        let resp = send(&app, signed(&payment_body(&format!("wh_{r}"), r, "w_ch", amount, "NGN"))).await;
+                        let resp = send(
+                            &app,
+                            signed(&payment_body(&format!("wh_{r}"), r, "w_ch", amount, "NGN")),
+                        )
+                        .await;
                         if resp.status == 200 {
                             return;
                         }
@@ -355,7 +604,16 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
         })
     };
     for _ in 0..8 {
-        pass(&store, &providers, &api, ReconcileSettings { concurrency: 8, ..settings() }).await;
+        pass(
+            &store,
+            &providers,
+            &api,
+            ReconcileSettings {
+                concurrency: 8,
+                ..settings()
+            },
+        )
+        .await;
     }
     sender.await.unwrap();
     pass(&store, &providers, &api, settings()).await;
@@ -367,7 +625,11 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
             Truth::Paid => PaymentStatus::Paid,
             Truth::Canceled => PaymentStatus::Failed,
         };
-        assert_eq!(status(&store, ProviderId::Generic, r).await, Some(want), "seed {seed}: {r}");
+        assert_eq!(
+            status(&store, ProviderId::Generic, r).await,
+            Some(want),
+            "seed {seed}: {r}"
+        );
         if *truth == Truth::Paid {
             expected = (expected.0 + amount, expected.1 + 1);
         }

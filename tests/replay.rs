@@ -17,21 +17,49 @@ use payhook::store::dynamodb::DynamoStore;
 use serde_json::json;
 
 fn opts(dry_run: bool) -> ReplayOptions {
-    ReplayOptions { dry_run, concurrency: 4, started_by: "test".into(), lease_ms: 30_000, include_replays: false, max: 10_000 }
+    ReplayOptions {
+        dry_run,
+        concurrency: 4,
+        started_by: "test".into(),
+        lease_ms: 30_000,
+        include_replays: false,
+        max: 10_000,
+    }
 }
 
 async fn run(store: &DynamoStore, filter: &LogFilter, o: &ReplayOptions) -> Summary {
     let (providers, _) = config(30_000).providers();
-    replay(&Pipeline::new(store.clone()), &providers, filter, o, |_, _| {}).await.unwrap()
+    replay(
+        &Pipeline::new(store.clone()),
+        &providers,
+        filter,
+        o,
+        |_, _| {},
+    )
+    .await
+    .unwrap()
 }
 
 async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
-    let b = store.balance(&AccountId::parse(acct).unwrap()).await.unwrap();
-    (b.balances.get(&Currency::parse("NGN").unwrap()).copied().unwrap_or(0), b.entries)
+    let b = store
+        .balance(&AccountId::parse(acct).unwrap())
+        .await
+        .unwrap();
+    (
+        b.balances
+            .get(&Currency::parse("NGN").unwrap())
+            .copied()
+            .unwrap_or(0),
+        b.entries,
+    )
 }
 
 async fn all_deliveries(store: &DynamoStore) -> Vec<Delivery> {
-    store.query(&LogFilter::default(), 10_000, None).await.unwrap().deliveries
+    store
+        .query(&LogFilter::default(), 10_000, None)
+        .await
+        .unwrap()
+        .deliveries
 }
 
 #[tokio::test]
@@ -43,14 +71,21 @@ async fn replaying_everything_twice_changes_nothing_and_is_logged() {
         payment_body("e1", "r1", "w_rep", 1_000, "NGN"),
         payment_body("e1", "r1", "w_rep", 1_000, "NGN"),
         payment_body("e2", "r2", "w_rep", 2_000, "NGN"),
-        event_body("e3", "refund.succeeded", json!({"reference": "rf1", "payment_reference": "r2", "amount": 500, "currency": "NGN"})),
+        event_body(
+            "e3",
+            "refund.succeeded",
+            json!({"reference": "rf1", "payment_reference": "r2", "amount": 500, "currency": "NGN"}),
+        ),
         event_body("e4", "payment.processing", json!({"reference": "r3"})),
         event_body("e5", "customer.created", json!({})),
     ];
     for b in &bodies {
         assert_eq!(send(&app, signed(b)).await.status, 200);
     }
-    let before = (balance(&store, "w_rep").await, all_deliveries(&store).await.len());
+    let before = (
+        balance(&store, "w_rep").await,
+        all_deliveries(&store).await.len(),
+    );
     assert_eq!(before, ((2_500, 3), 6));
 
     // WHEN every stored delivery is replayed, twice
@@ -59,16 +94,31 @@ async fn replaying_everything_twice_changes_nothing_and_is_logged() {
 
     // THEN balances and entries are unchanged, and each replay attempt is itself logged
     assert_eq!(balance(&store, "w_rep").await, (2_500, 3));
-    assert_eq!((first.selected, second.selected), (6, 6), "replays of replays are not re-selected");
-    assert!(first.errors.is_empty() && second.errors.is_empty(), "{first:?} {second:?}");
+    assert_eq!(
+        (first.selected, second.selected),
+        (6, 6),
+        "replays of replays are not re-selected"
+    );
+    assert!(
+        first.errors.is_empty() && second.errors.is_empty(),
+        "{first:?} {second:?}"
+    );
     assert_eq!(first.results.get("replayed"), Some(&4), "{first:?}");
     let log = all_deliveries(&store).await;
     assert_eq!(log.len(), 18);
     let replays: Vec<&Delivery> = log.iter().filter(|d| d.replay_of.is_some()).collect();
     assert_eq!(replays.len(), 12);
-    assert!(replays.iter().all(|d| d.started_by.as_deref() == Some("test")));
-    let originals: BTreeSet<&str> = log.iter().filter(|d| d.replay_of.is_none()).map(|d| d.id.as_str()).collect();
-    assert!(replays.iter().all(|d| originals.contains(d.replay_of.as_deref().unwrap())));
+    assert!(replays
+        .iter()
+        .all(|d| d.started_by.as_deref() == Some("test")));
+    let originals: BTreeSet<&str> = log
+        .iter()
+        .filter(|d| d.replay_of.is_none())
+        .map(|d| d.id.as_str())
+        .collect();
+    assert!(replays
+        .iter()
+        .all(|d| originals.contains(d.replay_of.as_deref().unwrap())));
 }
 
 #[tokio::test]
@@ -76,13 +126,28 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
     // GIVEN a refund that arrived before its payment (parked, 409), then the payment
     let store = store("parked").await;
     let app = app(store.clone(), 30_000);
-    let refund = event_body("e_rf", "refund.succeeded", json!({"reference": "rf_p", "payment_reference": "r_p", "amount": 300, "currency": "NGN"}));
+    let refund = event_body(
+        "e_rf",
+        "refund.succeeded",
+        json!({"reference": "rf_p", "payment_reference": "r_p", "amount": 300, "currency": "NGN"}),
+    );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
-    assert_eq!(send(&app, signed(&payment_body("e_p", "r_p", "w_p", 1_000, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e_p", "r_p", "w_p", 1_000, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     assert_eq!(balance(&store, "w_p").await, (1_000, 1));
 
     // WHEN the parked deliveries are replayed (twice)
-    let parked = LogFilter { outcome: Some(Outcome::Parked), ..LogFilter::default() };
+    let parked = LogFilter {
+        outcome: Some(Outcome::Parked),
+        ..LogFilter::default()
+    };
     let s1 = run(&store, &parked, &opts(false)).await;
     let s2 = run(&store, &parked, &opts(false)).await;
 
@@ -90,7 +155,11 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
     assert_eq!(s1.results.get("applied"), Some(&1), "{s1:?}");
     assert_eq!(s2.results.get("replayed"), Some(&1), "{s2:?}");
     assert_eq!(balance(&store, "w_p").await, (700, 2));
-    let p = store.payment(ProviderId::Generic, &Reference::parse("r_p").unwrap()).await.unwrap().unwrap();
+    let p = store
+        .payment(ProviderId::Generic, &Reference::parse("r_p").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(p.status, PaymentStatus::PartiallyRefunded);
 }
 
@@ -98,15 +167,35 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
 async fn a_dry_run_says_what_would_happen_and_writes_nothing() {
     let store = store("dryrun").await;
     let app = app(store.clone(), 30_000);
-    let refund = event_body("e_rf", "refund.succeeded", json!({"reference": "rf_d", "payment_reference": "r_d", "amount": 300, "currency": "NGN"}));
+    let refund = event_body(
+        "e_rf",
+        "refund.succeeded",
+        json!({"reference": "rf_d", "payment_reference": "r_d", "amount": 300, "currency": "NGN"}),
+    );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
-    assert_eq!(send(&app, signed(&payment_body("e_d", "r_d", "w_d", 1_000, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e_d", "r_d", "w_d", 1_000, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     let before = counts(&store).await;
     let s = run(&store, &LogFilter::default(), &opts(true)).await;
     assert_eq!(counts(&store).await, before, "a dry run wrote something");
     assert!(s.dry_run);
-    assert_eq!(s.results.get("apply generic:refund:rf_d"), Some(&1), "{s:?}");
-    assert_eq!(s.results.get("replay stored response (no change)"), Some(&1), "{s:?}");
+    assert_eq!(
+        s.results.get("apply generic:refund:rf_d"),
+        Some(&1),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.results.get("replay stored response (no change)"),
+        Some(&1),
+        "{s:?}"
+    );
     assert_eq!(balance(&store, "w_d").await, (1_000, 1));
 }
 
@@ -116,7 +205,9 @@ fn synthetic(id_ms: i64, reference: &str, outcome: Outcome) -> Delivery {
         provider: ProviderId::Generic,
         event_id: format!("evt_{id_ms}"),
         event_type: "payment.succeeded".into(),
-        key: Some(IdempotencyKey::from_stored(format!("generic:payment:{reference}"))),
+        key: Some(IdempotencyKey::from_stored(format!(
+            "generic:payment:{reference}"
+        ))),
         reference: Some(Reference::parse(reference).unwrap()),
         outcome,
         http_status: 200,
@@ -152,7 +243,11 @@ async fn time_range_and_outcome_filters_are_exact_across_pages_and_days() {
     let outcomes = [Outcome::Applied, Outcome::Replayed, Outcome::Failed];
     let mut all = Vec::new();
     for i in 0..60i64 {
-        let d = synthetic(start + i * (day / 12) + 7, &format!("ref{}", i % 4), outcomes[(i % 3) as usize]);
+        let d = synthetic(
+            start + i * (day / 12) + 7,
+            &format!("ref{}", i % 4),
+            outcomes[(i % 3) as usize],
+        );
         store.append(&d).await.unwrap();
         all.push(d);
     }
@@ -165,24 +260,71 @@ async fn time_range_and_outcome_filters_are_exact_across_pages_and_days() {
     // WHEN/THEN each filter, read 7 at a time, returns exactly the matching deliveries, newest first
     type Keep = Box<dyn Fn(&Delivery) -> bool>;
     let cases: Vec<(LogFilter, Keep)> = vec![
-        (LogFilter { since_ms: Some(since), until_ms: Some(until), ..LogFilter::default() },
-            Box::new(move |d: &Delivery| d.received_at_ms >= since && d.received_at_ms < until)),
-        (LogFilter { outcome: Some(Outcome::Failed), ..LogFilter::default() }, Box::new(|d: &Delivery| d.outcome == Outcome::Failed)),
-        (LogFilter { outcome: Some(Outcome::Replayed), since_ms: Some(since), until_ms: Some(until), ..LogFilter::default() },
-            Box::new(move |d: &Delivery| d.outcome == Outcome::Replayed && d.received_at_ms >= since && d.received_at_ms < until)),
-        (LogFilter { reference: Some(Reference::parse("ref2").unwrap()), ..LogFilter::default() },
-            Box::new(|d: &Delivery| d.reference.as_ref().map(|r| r.as_str()) == Some("ref2"))),
-        (LogFilter { reference: Some(Reference::parse("ref1").unwrap()), outcome: Some(Outcome::Applied), ..LogFilter::default() },
-            Box::new(|d: &Delivery| d.reference.as_ref().map(|r| r.as_str()) == Some("ref1") && d.outcome == Outcome::Applied)),
-        (LogFilter { event_id: Some(all[17].event_id.clone()), ..LogFilter::default() }, Box::new({
-            let e = all[17].event_id.clone();
-            move |d: &Delivery| d.event_id == e
-        })),
+        (
+            LogFilter {
+                since_ms: Some(since),
+                until_ms: Some(until),
+                ..LogFilter::default()
+            },
+            Box::new(move |d: &Delivery| d.received_at_ms >= since && d.received_at_ms < until),
+        ),
+        (
+            LogFilter {
+                outcome: Some(Outcome::Failed),
+                ..LogFilter::default()
+            },
+            Box::new(|d: &Delivery| d.outcome == Outcome::Failed),
+        ),
+        (
+            LogFilter {
+                outcome: Some(Outcome::Replayed),
+                since_ms: Some(since),
+                until_ms: Some(until),
+                ..LogFilter::default()
+            },
+            Box::new(move |d: &Delivery| {
+                d.outcome == Outcome::Replayed
+                    && d.received_at_ms >= since
+                    && d.received_at_ms < until
+            }),
+        ),
+        (
+            LogFilter {
+                reference: Some(Reference::parse("ref2").unwrap()),
+                ..LogFilter::default()
+            },
+            Box::new(|d: &Delivery| d.reference.as_ref().map(|r| r.as_str()) == Some("ref2")),
+        ),
+        (
+            LogFilter {
+                reference: Some(Reference::parse("ref1").unwrap()),
+                outcome: Some(Outcome::Applied),
+                ..LogFilter::default()
+            },
+            Box::new(|d: &Delivery| {
+                d.reference.as_ref().map(|r| r.as_str()) == Some("ref1")
+                    && d.outcome == Outcome::Applied
+            }),
+        ),
+        (
+            LogFilter {
+                event_id: Some(all[17].event_id.clone()),
+                ..LogFilter::default()
+            },
+            Box::new({
+                let e = all[17].event_id.clone();
+                move |d: &Delivery| d.event_id == e
+            }),
+        ),
     ];
     for (i, (filter, keep)) in cases.iter().enumerate() {
         let expected = newest_first(all.iter().filter(|d| keep(d)).cloned().collect());
         assert!(!expected.is_empty(), "case {i} selects nothing");
-        let got: Vec<String> = pages(&store, filter, 7).await.into_iter().map(|d| d.id).collect();
+        let got: Vec<String> = pages(&store, filter, 7)
+            .await
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
         assert_eq!(got, expected, "case {i}: {filter:?}");
     }
 }
@@ -192,9 +334,21 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
     // GIVEN a parked refund and then its payment
     let store = store("invoke").await;
     let app = app(store.clone(), 30_000);
-    let refund = event_body("e_rf", "refund.succeeded", json!({"reference": "rf_i", "payment_reference": "r_i", "amount": 100, "currency": "NGN"}));
+    let refund = event_body(
+        "e_rf",
+        "refund.succeeded",
+        json!({"reference": "rf_i", "payment_reference": "r_i", "amount": 100, "currency": "NGN"}),
+    );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
-    assert_eq!(send(&app, signed(&payment_body("e_i", "r_i", "w_i", 1_000, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e_i", "r_i", "w_i", 1_000, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     let (providers, _) = config(30_000).providers();
     let ops = Ops {
         pipeline: Pipeline::new(store.clone()),
@@ -203,14 +357,39 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
         settings: ReconcileSettings::default(),
     };
     // WHEN the operations function is invoked with the sample's shape
-    let dry = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}, "dry_run": true}), "req-1", None).await.unwrap();
-    let real = handle(&ops, json!({"action": "replay", "filter": {"outcome": "parked"}}), "req-2", None).await.unwrap();
+    let dry = handle(
+        &ops,
+        json!({"action": "replay", "filter": {"outcome": "parked"}, "dry_run": true}),
+        "req-1",
+        None,
+    )
+    .await
+    .unwrap();
+    let real = handle(
+        &ops,
+        json!({"action": "replay", "filter": {"outcome": "parked"}}),
+        "req-2",
+        None,
+    )
+    .await
+    .unwrap();
     // THEN the dry run predicts, the real one applies once, and the replay names its invocation
     assert_eq!(dry["results"]["apply generic:refund:rf_i"], 1, "{dry}");
     assert_eq!(real["results"]["applied"], 1, "{real}");
     assert_eq!(balance(&store, "w_i").await, (900, 2));
-    let replays: Vec<Delivery> = all_deliveries(&store).await.into_iter().filter(|d| d.replay_of.is_some()).collect();
+    let replays: Vec<Delivery> = all_deliveries(&store)
+        .await
+        .into_iter()
+        .filter(|d| d.replay_of.is_some())
+        .collect();
     assert_eq!(replays.len(), 1);
     assert_eq!(replays[0].started_by.as_deref(), Some("lambda:req-2"));
-    assert!(handle(&ops, json!({"action": "replay", "filter": {"outcome": "nope"}}), "r", None).await.is_err());
+    assert!(handle(
+        &ops,
+        json!({"action": "replay", "filter": {"outcome": "nope"}}),
+        "r",
+        None
+    )
+    .await
+    .is_err());
 }

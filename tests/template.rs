@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use payhook::config::ENV_VARS;
-use payhook::http::read::READ_ROUTES;
 use payhook::domain::ProviderId;
+use payhook::http::read::READ_ROUTES;
 use payhook::store::dynamodb::schema::{TableDef, ALL};
 use serde_json::{json, Value};
 
@@ -57,7 +57,9 @@ fn long_form(v: serde_yaml::Value) -> Value {
                 "Ref" | "Condition" => json!({ tag: inner }),
                 "GetAtt" => match inner {
                     Value::String(s) => {
-                        let (res, attr) = s.split_once('.').unwrap_or_else(|| panic!("!GetAtt {s}: want Resource.Attribute"));
+                        let (res, attr) = s
+                            .split_once('.')
+                            .unwrap_or_else(|| panic!("!GetAtt {s}: want Resource.Attribute"));
                         json!({ "Fn::GetAtt": [res, attr] })
                     }
                     other => json!({ "Fn::GetAtt": other }),
@@ -75,9 +77,13 @@ struct Template {
 impl Template {
     fn load() -> Self {
         let path = root().join("template.yaml");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("template.yaml: {e}"));
-        Template { doc: long_form(yaml) }
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let yaml: serde_yaml::Value =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("template.yaml: {e}"));
+        Template {
+            doc: long_form(yaml),
+        }
     }
 
     fn resources(&self) -> &serde_json::Map<String, Value> {
@@ -85,7 +91,9 @@ impl Template {
     }
 
     fn of_type<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> + 'a {
-        self.resources().iter().filter(move |(_, r)| r["Type"] == kind)
+        self.resources()
+            .iter()
+            .filter(move |(_, r)| r["Type"] == kind)
     }
 
     fn functions(&self) -> Vec<(&String, &Value)> {
@@ -99,14 +107,21 @@ impl Template {
             .into_iter()
             .filter(|(_, f)| events(f).any(|(_, e)| e["Type"] == "HttpApi"))
             .collect();
-        assert_eq!(with_api.len(), 1, "exactly one function serves the HTTP API, found {:?}", with_api.iter().map(|f| f.0).collect::<Vec<_>>());
+        assert_eq!(
+            with_api.len(),
+            1,
+            "exactly one function serves the HTTP API, found {:?}",
+            with_api.iter().map(|f| f.0).collect::<Vec<_>>()
+        );
         with_api[0]
     }
 
     /// Globals merged with the function's own properties (the function wins), as SAM does for
     /// maps such as Environment.Variables.
     fn prop<'a>(&'a self, function: &'a Value, name: &str) -> Option<&'a Value> {
-        function["Properties"].get(name).or_else(|| self.doc["Globals"]["Function"].get(name))
+        function["Properties"]
+            .get(name)
+            .or_else(|| self.doc["Globals"]["Function"].get(name))
     }
 
     fn env(&self, function: &Value) -> BTreeMap<String, Value> {
@@ -152,7 +167,10 @@ fn scalar(v: &Value) -> Option<String> {
 }
 
 fn events(function: &Value) -> impl Iterator<Item = (&String, &Value)> {
-    function["Properties"]["Events"].as_object().into_iter().flat_map(|m| m.iter())
+    function["Properties"]["Events"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.iter())
 }
 
 fn one_or_many(v: &Value) -> Vec<&Value> {
@@ -189,7 +207,9 @@ fn is_secret(var: &str) -> bool {
 }
 
 fn binary_of(function: &Value) -> &str {
-    function["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap_or_default()
+    function["Metadata"]["BuildProperties"]["Binary"]
+        .as_str()
+        .unwrap_or_default()
 }
 
 /// The env rule, from ENV_VARS alone: the reconcile binary gets every variable; every other
@@ -203,8 +223,10 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
     for (name, f) in t.functions() {
         let env = t.env(f);
         let all = binary_of(f) == RECONCILE_BINARY;
-        let wanted: Vec<&(&str, &str)> =
-            ENV_VARS.iter().filter(|(_, what)| !local_only(what) && (all || !reconcile_only(what))).collect();
+        let wanted: Vec<&(&str, &str)> = ENV_VARS
+            .iter()
+            .filter(|(_, what)| !local_only(what) && (all || !reconcile_only(what)))
+            .collect();
         for (var, what) in &wanted {
             if !env.contains_key(*var) {
                 problems.push(format!("{name}: missing {var}  ({what})"));
@@ -222,19 +244,29 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
         }
         for def in ALL {
             if env.get(def.env_var).and_then(ref_target).is_none() {
-                problems.push(format!("{name}: {} must be `!Ref <the {} table>`", def.env_var, def.role));
+                problems.push(format!(
+                    "{name}: {} must be `!Ref <the {} table>`",
+                    def.env_var, def.role
+                ));
             }
         }
         eprintln!("{name} sets {} of {} ENV_VARS", env.len(), ENV_VARS.len());
     }
     assert!(t.functions().iter().any(|(n, _)| *n == webhook));
-    assert!(problems.is_empty(), "template.yaml vs payhook::config::ENV_VARS:\n  {}", problems.join("\n  "));
+    assert!(
+        problems.is_empty(),
+        "template.yaml vs payhook::config::ENV_VARS:\n  {}",
+        problems.join("\n  ")
+    );
 }
 
 #[test]
 fn secrets_come_from_secrets_manager_never_from_the_template() {
     let t = Template::load();
-    assert!(ENV_VARS.iter().any(|(n, _)| is_secret(n)), "ENV_VARS names no secret variable");
+    assert!(
+        ENV_VARS.iter().any(|(n, _)| is_secret(n)),
+        "ENV_VARS names no secret variable"
+    );
     for (name, f) in t.functions() {
         for (var, value) in t.env(f).iter().filter(|(var, _)| is_secret(var)) {
             let text = value.to_string();
@@ -248,10 +280,19 @@ fn secrets_come_from_secrets_manager_never_from_the_template() {
                 let end = start + rest[start..].find('}').unwrap();
                 let param = &rest[start + 2..end];
                 let p = &t.doc["Parameters"][param];
-                assert!(p.is_object(), "{var} references ${{{param}}}, which is not a parameter");
-                assert_eq!(p["NoEcho"], true, "parameter {param} (used by {var}) must be NoEcho");
+                assert!(
+                    p.is_object(),
+                    "{var} references ${{{param}}}, which is not a parameter"
+                );
+                assert_eq!(
+                    p["NoEcho"], true,
+                    "parameter {param} (used by {var}) must be NoEcho"
+                );
                 let default = scalar(&p["Default"]).unwrap_or_default();
-                assert!(default.is_empty(), "parameter {param} must not default to a value, got {default:?}");
+                assert!(
+                    default.is_empty(),
+                    "parameter {param} must not default to a value, got {default:?}"
+                );
                 rest = &rest[end..];
             }
         }
@@ -263,11 +304,23 @@ fn lease_bound_matches_each_function_timeout() {
     let t = Template::load();
     for (name, f) in t.functions() {
         let env = t.env(f);
-        let timeout = t.prop(f, "Timeout").and_then(|v| t.resolve(v)).unwrap_or_else(|| panic!("{name}: no Timeout"));
-        let max_lease = env.get("PAYHOOK_MAX_LEASE_MS").and_then(|v| t.resolve(v)).unwrap_or_else(|| panic!("{name}: no PAYHOOK_MAX_LEASE_MS"));
+        let timeout = t
+            .prop(f, "Timeout")
+            .and_then(|v| t.resolve(v))
+            .unwrap_or_else(|| panic!("{name}: no Timeout"));
+        let max_lease = env
+            .get("PAYHOOK_MAX_LEASE_MS")
+            .and_then(|v| t.resolve(v))
+            .unwrap_or_else(|| panic!("{name}: no PAYHOOK_MAX_LEASE_MS"));
         let timeout_ms = timeout.parse::<i64>().unwrap() * 1000;
-        let lease = env.get("PAYHOOK_LEASE_MS").and_then(|v| t.resolve(v)).unwrap_or_else(|| panic!("{name}: no PAYHOOK_LEASE_MS"));
-        assert!(lease.parse::<i64>().unwrap() <= timeout_ms, "{name}: PAYHOOK_LEASE_MS {lease} exceeds the timeout");
+        let lease = env
+            .get("PAYHOOK_LEASE_MS")
+            .and_then(|v| t.resolve(v))
+            .unwrap_or_else(|| panic!("{name}: no PAYHOOK_LEASE_MS"));
+        assert!(
+            lease.parse::<i64>().unwrap() <= timeout_ms,
+            "{name}: PAYHOOK_LEASE_MS {lease} exceeds the timeout"
+        );
         assert_eq!(
             max_lease.parse::<i64>().unwrap(),
             timeout_ms,
@@ -300,8 +353,12 @@ fn expected_attributes(def: &TableDef) -> BTreeMap<String, String> {
         attrs.insert(r.to_owned(), "S".to_owned());
     }
     for ix in def.indexes {
-        attrs.entry(ix.hash_key.to_owned()).or_insert_with(|| "S".to_owned());
-        attrs.entry(ix.range_key.to_owned()).or_insert_with(|| if ix.range_is_number { "N" } else { "S" }.to_owned());
+        attrs
+            .entry(ix.hash_key.to_owned())
+            .or_insert_with(|| "S".to_owned());
+        attrs
+            .entry(ix.range_key.to_owned())
+            .or_insert_with(|| if ix.range_is_number { "N" } else { "S" }.to_owned());
     }
     attrs
 }
@@ -309,37 +366,75 @@ fn expected_attributes(def: &TableDef) -> BTreeMap<String, String> {
 /// The logical id of `def`'s table, found the way the function finds it: its env var's `!Ref`.
 fn table_of<'a>(t: &'a Template, def: &TableDef) -> (&'a str, &'a Value) {
     let (_, f) = t.webhook();
-    let logical = t.env(f).get(def.env_var).and_then(|v| ref_target(v).map(str::to_owned));
-    let logical = logical.unwrap_or_else(|| panic!("{} is not `!Ref <table>` on the webhook function", def.env_var));
-    let (id, r) = t.resources().get_key_value(&logical).unwrap_or_else(|| panic!("{} -> !Ref {logical}: no such resource", def.env_var));
-    assert_eq!(r["Type"], "AWS::DynamoDB::Table", "{} -> {logical} is not a DynamoDB table", def.env_var);
+    let logical = t
+        .env(f)
+        .get(def.env_var)
+        .and_then(|v| ref_target(v).map(str::to_owned));
+    let logical = logical.unwrap_or_else(|| {
+        panic!(
+            "{} is not `!Ref <table>` on the webhook function",
+            def.env_var
+        )
+    });
+    let (id, r) = t
+        .resources()
+        .get_key_value(&logical)
+        .unwrap_or_else(|| panic!("{} -> !Ref {logical}: no such resource", def.env_var));
+    assert_eq!(
+        r["Type"], "AWS::DynamoDB::Table",
+        "{} -> {logical} is not a DynamoDB table",
+        def.env_var
+    );
     (id.as_str(), r)
 }
 
 #[test]
 fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
     let t = Template::load();
-    let mut declared: BTreeSet<&str> = t.of_type("AWS::DynamoDB::Table").map(|(id, _)| id.as_str()).collect();
+    let mut declared: BTreeSet<&str> = t
+        .of_type("AWS::DynamoDB::Table")
+        .map(|(id, _)| id.as_str())
+        .collect();
     for def in ALL {
         let (id, table) = table_of(&t, &def);
         declared.remove(id);
         let p = &table["Properties"];
         let what = format!("{id} ({} table, {})", def.role, def.env_var);
 
-        assert_eq!(key_schema(&p["KeySchema"]), (Some(def.hash_key.to_owned()), def.range_key.map(str::to_owned)), "{what}: key schema");
+        assert_eq!(
+            key_schema(&p["KeySchema"]),
+            (
+                Some(def.hash_key.to_owned()),
+                def.range_key.map(str::to_owned)
+            ),
+            "{what}: key schema"
+        );
 
         let attrs: BTreeMap<String, String> = one_or_many(&p["AttributeDefinitions"])
             .into_iter()
-            .map(|a| (a["AttributeName"].as_str().unwrap().to_owned(), a["AttributeType"].as_str().unwrap().to_owned()))
+            .map(|a| {
+                (
+                    a["AttributeName"].as_str().unwrap().to_owned(),
+                    a["AttributeType"].as_str().unwrap().to_owned(),
+                )
+            })
             .collect();
-        assert_eq!(attrs, expected_attributes(&def), "{what}: AttributeDefinitions");
+        assert_eq!(
+            attrs,
+            expected_attributes(&def),
+            "{what}: AttributeDefinitions"
+        );
 
         let indexes: BTreeMap<String, &Value> = one_or_many(&p["GlobalSecondaryIndexes"])
             .into_iter()
             .map(|ix| (ix["IndexName"].as_str().unwrap().to_owned(), ix))
             .collect();
         let want: BTreeSet<&str> = def.indexes.iter().map(|ix| ix.name).collect();
-        assert_eq!(indexes.keys().map(String::as_str).collect::<BTreeSet<_>>(), want, "{what}: GSI names");
+        assert_eq!(
+            indexes.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+            want,
+            "{what}: GSI names"
+        );
         for ix in def.indexes {
             let gsi = indexes[ix.name];
             assert_eq!(
@@ -351,34 +446,79 @@ fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
             // Indexes project what their queries return, as schema.rs says (never a raw body).
             let projection = &gsi["Projection"];
             if ix.projected.is_empty() {
-                assert_eq!(projection["ProjectionType"], "KEYS_ONLY", "{what}: index {} projection", ix.name);
+                assert_eq!(
+                    projection["ProjectionType"], "KEYS_ONLY",
+                    "{what}: index {} projection",
+                    ix.name
+                );
             } else {
-                assert_eq!(projection["ProjectionType"], "INCLUDE", "{what}: index {} projection", ix.name);
-                let got: BTreeSet<&str> = one_or_many(&projection["NonKeyAttributes"]).iter().filter_map(|v| v.as_str()).collect();
+                assert_eq!(
+                    projection["ProjectionType"], "INCLUDE",
+                    "{what}: index {} projection",
+                    ix.name
+                );
+                let got: BTreeSet<&str> = one_or_many(&projection["NonKeyAttributes"])
+                    .iter()
+                    .filter_map(|v| v.as_str())
+                    .collect();
                 let want: BTreeSet<&str> = ix.projected.iter().copied().collect();
                 assert_eq!(got, want, "{what}: index {} projected attributes", ix.name);
             }
-            assert!(!ix.projected.contains(&"raw_body") && !ix.projected.contains(&"body_z"), "{what}: index {} projects a body", ix.name);
+            assert!(
+                !ix.projected.contains(&"raw_body") && !ix.projected.contains(&"body_z"),
+                "{what}: index {} projects a body",
+                ix.name
+            );
         }
-        assert!(p.get("LocalSecondaryIndexes").is_none(), "{what}: the schema has no LSIs");
+        assert!(
+            p.get("LocalSecondaryIndexes").is_none(),
+            "{what}: the schema has no LSIs"
+        );
 
         match def.ttl_attribute {
             Some(attr) => {
-                assert_eq!(p["TimeToLiveSpecification"]["AttributeName"], attr, "{what}: TTL attribute");
-                assert_eq!(p["TimeToLiveSpecification"]["Enabled"], true, "{what}: TTL enabled");
+                assert_eq!(
+                    p["TimeToLiveSpecification"]["AttributeName"], attr,
+                    "{what}: TTL attribute"
+                );
+                assert_eq!(
+                    p["TimeToLiveSpecification"]["Enabled"], true,
+                    "{what}: TTL enabled"
+                );
             }
-            None => assert!(p.get("TimeToLiveSpecification").is_none(), "{what}: the schema sets no TTL on this table"),
+            None => assert!(
+                p.get("TimeToLiveSpecification").is_none(),
+                "{what}: the schema sets no TTL on this table"
+            ),
         }
         match def.stream {
-            Some(view) => assert_eq!(p["StreamSpecification"]["StreamViewType"], view, "{what}: stream"),
-            None => assert!(p.get("StreamSpecification").is_none(), "{what}: schema.rs declares no stream on this table"),
+            Some(view) => assert_eq!(
+                p["StreamSpecification"]["StreamViewType"], view,
+                "{what}: stream"
+            ),
+            None => assert!(
+                p.get("StreamSpecification").is_none(),
+                "{what}: schema.rs declares no stream on this table"
+            ),
         }
         assert_eq!(p["BillingMode"], "PAY_PER_REQUEST", "{what}: BillingMode");
-        assert_eq!(p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true, "{what}: PITR");
-        assert_eq!(p["DeletionProtectionEnabled"], true, "{what}: deletion protection");
-        assert_eq!(table["DeletionPolicy"], "Retain", "{what}: money records survive a stack delete");
+        assert_eq!(
+            p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"], true,
+            "{what}: PITR"
+        );
+        assert_eq!(
+            p["DeletionProtectionEnabled"], true,
+            "{what}: deletion protection"
+        );
+        assert_eq!(
+            table["DeletionPolicy"], "Retain",
+            "{what}: money records survive a stack delete"
+        );
     }
-    assert!(declared.is_empty(), "tables in template.yaml that schema.rs does not define: {declared:?}");
+    assert!(
+        declared.is_empty(),
+        "tables in template.yaml that schema.rs does not define: {declared:?}"
+    );
 }
 
 // ------------------------------------------------------------------------------- IAM
@@ -387,7 +527,11 @@ fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
 /// SDK call (`.put_item()`, `.query()`, …) and the `.table_name(…)` it is sent to, resolved to a
 /// role through `tables.<role>` directly or through a `let x = …tables.<role>…` binding. Calls
 /// whose table cannot be told are returned apart (they may be on any table).
-fn code_calls() -> (BTreeMap<&'static str, BTreeSet<String>>, BTreeSet<String>, Vec<String>) {
+fn code_calls() -> (
+    BTreeMap<&'static str, BTreeSet<String>>,
+    BTreeSet<String>,
+    Vec<String>,
+) {
     const CALLS: &[(&str, &str)] = &[
         (".get_item()", "GetItem"),
         (".put_item()", "PutItem"),
@@ -404,15 +548,25 @@ fn code_calls() -> (BTreeMap<&'static str, BTreeSet<String>>, BTreeSet<String>, 
     let mut anywhere = BTreeSet::new();
     let mut unresolved = Vec::new();
     let dir = root().join("src/store/dynamodb");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
     files.sort();
-    let role_in = |text: &str| ALL.iter().find(|d| text.contains(&format!("tables.{}", d.role))).map(|d| d.role);
+    let role_in = |text: &str| {
+        ALL.iter()
+            .find(|d| text.contains(&format!("tables.{}", d.role)))
+            .map(|d| d.role)
+    };
     for file in files {
         let src = std::fs::read_to_string(&file).unwrap();
         for (call, action) in CALLS {
             for (at, _) in src.match_indices(call) {
                 let after = &src[at..];
-                let Some(tn) = after.find(".table_name(") else { continue };
+                let Some(tn) = after.find(".table_name(") else {
+                    continue;
+                };
                 let arg_start = at + tn + ".table_name(".len();
                 let arg = &src[arg_start..arg_start + src[arg_start..].find(')').unwrap()];
                 let role = role_in(arg).or_else(|| {
@@ -424,11 +578,17 @@ fn code_calls() -> (BTreeMap<&'static str, BTreeSet<String>>, BTreeSet<String>, 
                 });
                 match role {
                     Some(r) => {
-                        by_role.entry(r).or_default().insert(format!("dynamodb:{action}"));
+                        by_role
+                            .entry(r)
+                            .or_default()
+                            .insert(format!("dynamodb:{action}"));
                     }
                     None => {
                         let line = src[..at].lines().count();
-                        unresolved.push(format!("{}:{line} {action} on table_name({arg})", file.strip_prefix(root()).unwrap().display()));
+                        unresolved.push(format!(
+                            "{}:{line} {action} on table_name({arg})",
+                            file.strip_prefix(root()).unwrap().display()
+                        ));
                         anywhere.insert(format!("dynamodb:{action}"));
                     }
                 }
@@ -455,14 +615,20 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
     let t = Template::load();
     let (calls, anywhere, unresolved) = code_calls();
     if !unresolved.is_empty() {
-        eprintln!("note: could not tell the table of these calls; allowed on every table:\n  {}", unresolved.join("\n  "));
+        eprintln!(
+            "note: could not tell the table of these calls; allowed on every table:\n  {}",
+            unresolved.join("\n  ")
+        );
     }
     eprintln!("src/store/dynamodb calls, per table: {calls:?}");
     let defs: BTreeMap<&str, TableDef> = ALL.iter().map(|d| (table_of(&t, d).0, *d)).collect();
     for (name, f) in t.functions() {
         let env = t.env(f);
         let policies = one_or_many(&f["Properties"]["Policies"]);
-        assert!(!policies.is_empty(), "{name}: no Policies (SAM would give it none, and it needs DynamoDB)");
+        assert!(
+            !policies.is_empty(),
+            "{name}: no Policies (SAM would give it none, and it needs DynamoDB)"
+        );
         let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for policy in policies {
             let statements = policy
@@ -470,33 +636,55 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
                 .unwrap_or_else(|| panic!("{name}: policy {policy} is not an inline Statement list (no SAM policy templates or managed policies: least privilege is spelled out)"));
             for st in one_or_many(statements) {
                 assert_eq!(st["Effect"], "Allow", "{name}: {st}");
-                let actions: Vec<&str> = one_or_many(&st["Action"]).into_iter().map(|a| a.as_str().unwrap()).collect();
+                let actions: Vec<&str> = one_or_many(&st["Action"])
+                    .into_iter()
+                    .map(|a| a.as_str().unwrap())
+                    .collect();
                 for r in one_or_many(&st["Resource"]) {
                     let (logical, index) = resource_target(r).unwrap_or_else(|| panic!("{name}: resource {r} is not a table ARN (!GetAtt T.Arn) or index ARN (!Sub ${{T.Arn}}/index/NAME)"));
-                    let def = defs.get(logical.as_str()).unwrap_or_else(|| panic!("{name}: {logical} is not a table schema.rs defines"));
+                    let def = defs.get(logical.as_str()).unwrap_or_else(|| {
+                        panic!("{name}: {logical} is not a table schema.rs defines")
+                    });
                     let used = env.get(def.env_var).and_then(ref_target);
-                    assert_eq!(used, Some(logical.as_str()), "{name} is granted {logical} but its {} does not point at it", def.env_var);
+                    assert_eq!(
+                        used,
+                        Some(logical.as_str()),
+                        "{name} is granted {logical} but its {} does not point at it",
+                        def.env_var
+                    );
                     for action in &actions {
                         assert!(!action.contains('*'), "{name}: wildcard action {action}");
                         match &index {
                             Some(ix) => {
-                                assert!(def.indexes.iter().any(|i| i.name == ix), "{name}: {logical} has no index {ix} in schema.rs");
+                                assert!(
+                                    def.indexes.iter().any(|i| i.name == ix),
+                                    "{name}: {logical} has no index {ix} in schema.rs"
+                                );
                                 assert_eq!(*action, "dynamodb:Query", "{name}: on index {logical}/{ix} only Query makes sense, got {action}");
                             }
                             None => {
-                                let ok = calls.get(def.role).is_some_and(|c| c.contains(*action)) || anywhere.contains(*action);
+                                let ok = calls.get(def.role).is_some_and(|c| c.contains(*action))
+                                    || anywhere.contains(*action);
                                 assert!(ok, "{name}: {action} on {logical}, but src/store/dynamodb never makes that call on the {} table (it makes {:?})", def.role, calls.get(def.role));
                             }
                         }
-                        let target = index.as_ref().map_or_else(|| logical.clone(), |ix| format!("{logical}/index/{ix}"));
-                        granted.entry(target).or_default().insert((*action).to_owned());
+                        let target = index
+                            .as_ref()
+                            .map_or_else(|| logical.clone(), |ix| format!("{logical}/index/{ix}"));
+                        granted
+                            .entry(target)
+                            .or_default()
+                            .insert((*action).to_owned());
                     }
                 }
             }
         }
         eprintln!("{name} may:");
         for (target, actions) in &granted {
-            eprintln!("  {target}: {}", actions.iter().cloned().collect::<Vec<_>>().join(", "));
+            eprintln!(
+                "  {target}: {}",
+                actions.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
     }
 }
@@ -508,42 +696,97 @@ fn the_webhook_route_is_open_and_every_read_route_needs_aws_iam() {
     let t = Template::load();
     let mut routes = Vec::new();
     for (name, f) in t.functions() {
-        assert!(f["Properties"].get("FunctionUrlConfig").is_none(), "{name}: no function URLs");
+        assert!(
+            f["Properties"].get("FunctionUrlConfig").is_none(),
+            "{name}: no function URLs"
+        );
         for (_, e) in events(f) {
             if e["Type"] == "HttpApi" || e["Type"] == "Api" {
                 let p = &e["Properties"];
                 let auth = p["Auth"]["Authorizer"].as_str().map(str::to_owned);
-                routes.push((e["Type"].as_str().unwrap().to_owned(), p["Method"].as_str().unwrap().to_owned(), p["Path"].as_str().unwrap().to_owned(), auth.clone()));
-                assert_eq!(p["ApiId"], json!({"Ref": "WebhookApi"}), "{name}: every route on the one HTTP API");
+                routes.push((
+                    e["Type"].as_str().unwrap().to_owned(),
+                    p["Method"].as_str().unwrap().to_owned(),
+                    p["Path"].as_str().unwrap().to_owned(),
+                    auth.clone(),
+                ));
+                assert_eq!(
+                    p["ApiId"],
+                    json!({"Ref": "WebhookApi"}),
+                    "{name}: every route on the one HTTP API"
+                );
                 if auth.is_some() {
                     // Reads share the webhook function: their own limits keep them from
                     // crowding out deliveries.
-                    let limit = |k: &str| t.resolve(&p["RouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
-                    let default = |k: &str| t.resolve(&t.doc["Resources"]["WebhookApi"]["Properties"]["DefaultRouteSettings"][k]).and_then(|v| v.parse::<f64>().ok());
+                    let limit = |k: &str| {
+                        t.resolve(&p["RouteSettings"][k])
+                            .and_then(|v| v.parse::<f64>().ok())
+                    };
+                    let default = |k: &str| {
+                        t.resolve(
+                            &t.doc["Resources"]["WebhookApi"]["Properties"]["DefaultRouteSettings"]
+                                [k],
+                        )
+                        .and_then(|v| v.parse::<f64>().ok())
+                    };
                     for k in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
                         let (read, all) = (limit(k), default(k));
-                        assert!(read.is_some() && read < all, "{name} {}: {k} {read:?} must be set below the API's {all:?}", p["Path"]);
+                        assert!(
+                            read.is_some() && read < all,
+                            "{name} {}: {k} {read:?} must be set below the API's {all:?}",
+                            p["Path"]
+                        );
                     }
                 }
             }
         }
     }
     // The webhook: providers cannot sign with IAM, their signature is the authentication.
-    let mut want = vec![("HttpApi".to_owned(), "POST".to_owned(), "/webhooks/{provider}".to_owned(), None)];
+    let mut want = vec![(
+        "HttpApi".to_owned(),
+        "POST".to_owned(),
+        "/webhooks/{provider}".to_owned(),
+        None,
+    )];
     // Every read route the router serves, GET, with AWS_IAM; nothing else.
-    want.extend(READ_ROUTES.iter().map(|p| ("HttpApi".to_owned(), "GET".to_owned(), (*p).to_owned(), Some("AWS_IAM".to_owned()))));
+    want.extend(READ_ROUTES.iter().map(|p| {
+        (
+            "HttpApi".to_owned(),
+            "GET".to_owned(),
+            (*p).to_owned(),
+            Some("AWS_IAM".to_owned()),
+        )
+    }));
     routes.sort();
     want.sort();
     assert_eq!(routes, want);
     let apis: Vec<_> = t.of_type("AWS::Serverless::HttpApi").collect();
     assert_eq!(apis.len(), 1, "one HTTP API");
     let p = &apis[0].1["Properties"];
-    assert_eq!(p["Auth"]["EnableIamAuthorizer"], true, "routes can only name AWS_IAM with it enabled");
-    assert!(p["Auth"].get("DefaultAuthorizer").is_none(), "a default authorizer would close the webhook route to providers");
-    assert!(p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_object());
-    assert!(p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_number() || p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_object());
-    assert!(p["AccessLogSettings"]["DestinationArn"].is_object(), "access logs go to a log group");
-    assert!(t.of_type("AWS::Serverless::Api").next().is_none(), "no REST API");
+    assert_eq!(
+        p["Auth"]["EnableIamAuthorizer"], true,
+        "routes can only name AWS_IAM with it enabled"
+    );
+    assert!(
+        p["Auth"].get("DefaultAuthorizer").is_none(),
+        "a default authorizer would close the webhook route to providers"
+    );
+    assert!(
+        p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_number()
+            || p["DefaultRouteSettings"]["ThrottlingBurstLimit"].is_object()
+    );
+    assert!(
+        p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_number()
+            || p["DefaultRouteSettings"]["ThrottlingRateLimit"].is_object()
+    );
+    assert!(
+        p["AccessLogSettings"]["DestinationArn"].is_object(),
+        "access logs go to a log group"
+    );
+    assert!(
+        t.of_type("AWS::Serverless::Api").next().is_none(),
+        "no REST API"
+    );
 }
 
 // ------------------------------------------------------------------------------- change events
@@ -557,85 +800,181 @@ fn get_att(v: &Value) -> Option<(&str, &str)> {
 #[test]
 fn change_events_flow_from_the_streams_through_pipes_with_least_privilege_roles() {
     let t = Template::load();
-    let buses: Vec<&String> = t.of_type("AWS::Events::EventBus").map(|(id, _)| id).collect();
+    let buses: Vec<&String> = t
+        .of_type("AWS::Events::EventBus")
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(buses, ["PayhookEventBus"], "one bus");
     let output = &t.doc["Outputs"]["PayhookEventBus"]["Value"];
-    assert_eq!(get_att(output), Some(("PayhookEventBus", "Arn")), "the bus is an output");
+    assert_eq!(
+        get_att(output),
+        Some(("PayhookEventBus", "Arn")),
+        "the bus is an output"
+    );
 
     // Tables whose schema declares a stream, by logical id.
-    let streamed: BTreeMap<&str, TableDef> = ALL.iter().filter(|d| d.stream.is_some()).map(|d| (table_of(&t, d).0, *d)).collect();
+    let streamed: BTreeMap<&str, TableDef> = ALL
+        .iter()
+        .filter(|d| d.stream.is_some())
+        .map(|d| (table_of(&t, d).0, *d))
+        .collect();
     assert!(!streamed.is_empty(), "schema.rs streams no table");
     let pipes: Vec<(&String, &Value)> = t.of_type("AWS::Pipes::Pipe").collect();
     let mut types = BTreeSet::new();
     let mut sources = BTreeSet::new();
     for (name, pipe) in &pipes {
         let p = &pipe["Properties"];
-        let (table, attr) = get_att(&p["Source"]).unwrap_or_else(|| panic!("{name}: Source is not !GetAtt <table>.StreamArn"));
+        let (table, attr) = get_att(&p["Source"])
+            .unwrap_or_else(|| panic!("{name}: Source is not !GetAtt <table>.StreamArn"));
         assert_eq!(attr, "StreamArn", "{name}");
-        assert!(streamed.contains_key(table), "{name}: reads {table}, whose schema declares no stream");
+        assert!(
+            streamed.contains_key(table),
+            "{name}: reads {table}, whose schema declares no stream"
+        );
         sources.insert(table);
-        assert_eq!(get_att(&p["Target"]), Some(("PayhookEventBus", "Arn")), "{name}: targets the bus");
+        assert_eq!(
+            get_att(&p["Target"]),
+            Some(("PayhookEventBus", "Arn")),
+            "{name}: targets the bus"
+        );
         let bus = &p["TargetParameters"]["EventBridgeEventBusParameters"];
         assert_eq!(bus["Source"], "payhook", "{name}");
-        let detail_type = bus["DetailType"].as_str().unwrap_or_else(|| panic!("{name}: static DetailType"));
+        let detail_type = bus["DetailType"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: static DetailType"));
         assert!(detail_type.starts_with("payhook."), "{name}: {detail_type}");
-        assert!(types.insert(detail_type.to_owned()), "{name}: {detail_type} twice");
-        let template = p["TargetParameters"]["InputTemplate"].as_str().unwrap_or_else(|| panic!("{name}: InputTemplate"));
-        assert!(template.contains(&format!(r#""type": "{detail_type}""#)), "{name}: detail.type is the detail type");
-        assert!(template.contains(r#"{"id": ""#), "{name}: detail.id first, for dedup");
+        assert!(
+            types.insert(detail_type.to_owned()),
+            "{name}: {detail_type} twice"
+        );
+        let template = p["TargetParameters"]["InputTemplate"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: InputTemplate"));
+        assert!(
+            template.contains(&format!(r#""type": "{detail_type}""#)),
+            "{name}: detail.type is the detail type"
+        );
+        assert!(
+            template.contains(r#"{"id": ""#),
+            "{name}: detail.id first, for dedup"
+        );
         let filters = one_or_many(&p["SourceParameters"]["FilterCriteria"]["Filters"]);
-        assert!(!filters.is_empty(), "{name}: no filter would put every stream record on the bus");
+        assert!(
+            !filters.is_empty(),
+            "{name}: no filter would put every stream record on the bus"
+        );
         for f in filters {
-            let pattern: Value = serde_json::from_str(f["Pattern"].as_str().unwrap()).unwrap_or_else(|e| panic!("{name}: pattern is not JSON: {e}"));
-            assert!(pattern["eventName"].is_array(), "{name}: every filter names the stream event (INSERT/MODIFY)");
+            let pattern: Value = serde_json::from_str(f["Pattern"].as_str().unwrap())
+                .unwrap_or_else(|e| panic!("{name}: pattern is not JSON: {e}"));
+            assert!(
+                pattern["eventName"].is_array(),
+                "{name}: every filter names the stream event (INSERT/MODIFY)"
+            );
         }
         let stream = &p["SourceParameters"]["DynamoDBStreamParameters"];
-        assert!(stream["DeadLetterConfig"]["Arn"].is_object(), "{name}: undeliverable records go to a dead-letter queue");
-        assert!(stream["MaximumRetryAttempts"].as_i64().is_some_and(|n| n > 0), "{name}: bounded retries (else one bad record blocks its shard for 24 h)");
+        assert!(
+            stream["DeadLetterConfig"]["Arn"].is_object(),
+            "{name}: undeliverable records go to a dead-letter queue"
+        );
+        assert!(
+            stream["MaximumRetryAttempts"]
+                .as_i64()
+                .is_some_and(|n| n > 0),
+            "{name}: bounded retries (else one bad record blocks its shard for 24 h)"
+        );
 
         // The role: this stream, this bus, this dead-letter queue; nothing else, no wildcard.
-        let (role, _) = get_att(&p["RoleArn"]).unwrap_or_else(|| panic!("{name}: RoleArn is not !GetAtt <role>.Arn"));
+        let (role, _) = get_att(&p["RoleArn"])
+            .unwrap_or_else(|| panic!("{name}: RoleArn is not !GetAtt <role>.Arn"));
         let role = &t.resources()[role];
         assert_eq!(role["Type"], "AWS::IAM::Role", "{name}");
         let trust = &role["Properties"]["AssumeRolePolicyDocument"]["Statement"];
-        assert!(one_or_many(trust).iter().all(|s| s["Principal"]["Service"] == "pipes.amazonaws.com"), "{name}: only Pipes assumes its role");
-        assert!(role["Properties"].get("ManagedPolicyArns").is_none(), "{name}: no managed policies");
+        assert!(
+            one_or_many(trust)
+                .iter()
+                .all(|s| s["Principal"]["Service"] == "pipes.amazonaws.com"),
+            "{name}: only Pipes assumes its role"
+        );
+        assert!(
+            role["Properties"].get("ManagedPolicyArns").is_none(),
+            "{name}: no managed policies"
+        );
         let dlq = &stream["DeadLetterConfig"]["Arn"];
         for policy in one_or_many(&role["Properties"]["Policies"]) {
             for st in one_or_many(&policy["PolicyDocument"]["Statement"]) {
                 assert_eq!(st["Effect"], "Allow", "{name}: {st}");
                 let resources = one_or_many(&st["Resource"]);
-                for action in one_or_many(&st["Action"]).iter().map(|a| a.as_str().unwrap()) {
+                for action in one_or_many(&st["Action"])
+                    .iter()
+                    .map(|a| a.as_str().unwrap())
+                {
                     assert!(!action.contains('*'), "{name}: wildcard action {action}");
                     let allowed = match action {
-                        "dynamodb:DescribeStream" | "dynamodb:GetRecords" | "dynamodb:GetShardIterator" | "dynamodb:ListStreams" => &p["Source"],
+                        "dynamodb:DescribeStream"
+                        | "dynamodb:GetRecords"
+                        | "dynamodb:GetShardIterator"
+                        | "dynamodb:ListStreams" => &p["Source"],
                         "events:PutEvents" => &p["Target"],
                         "sqs:SendMessage" => dlq,
-                        other => panic!("{name}: its role may {other}, which a stream-to-bus pipe never needs"),
+                        other => panic!(
+                            "{name}: its role may {other}, which a stream-to-bus pipe never needs"
+                        ),
                     };
-                    assert!(resources.iter().all(|r| *r == allowed), "{name}: {action} on {resources:?}, want only {allowed}");
+                    assert!(
+                        resources.iter().all(|r| *r == allowed),
+                        "{name}: {action} on {resources:?}, want only {allowed}"
+                    );
                 }
             }
         }
     }
-    assert_eq!(sources, streamed.keys().copied().collect(), "every stream schema.rs declares feeds a pipe");
-    for required in ["payhook.payment.paid", "payhook.payment.failed", "payhook.refund.applied"] {
-        assert!(types.contains(required), "no pipe emits {required} (have {types:?})");
+    assert_eq!(
+        sources,
+        streamed.keys().copied().collect(),
+        "every stream schema.rs declares feeds a pipe"
+    );
+    for required in [
+        "payhook.payment.paid",
+        "payhook.payment.failed",
+        "payhook.refund.applied",
+    ] {
+        assert!(
+            types.contains(required),
+            "no pipe emits {required} (have {types:?})"
+        );
     }
 }
 
 #[test]
 fn outputs_give_a_webhook_url_per_provider() {
     let t = Template::load();
-    let values: Vec<String> = t.doc["Outputs"].as_object().unwrap().values().filter_map(|o| o["Value"].get("Fn::Sub").and_then(Value::as_str).map(str::to_owned)).collect();
+    let values: Vec<String> = t.doc["Outputs"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|o| {
+            o["Value"]
+                .get("Fn::Sub")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
     for p in ProviderId::ALL {
         let suffix = format!("/webhooks/{p}");
-        assert!(values.iter().any(|v| v.ends_with(&suffix)), "no output with the URL for {p}");
+        assert!(
+            values.iter().any(|v| v.ends_with(&suffix)),
+            "no output with the URL for {p}"
+        );
     }
     for (var, _) in ENV_VARS.iter().filter(|(n, _)| n.ends_with("_SECRETS")) {
         // PAYHOOK_<PROVIDER>[_<VARIANT>]_SECRETS, e.g. PAYHOOK_FLUTTERWAVE_V4_SECRETS.
-        let name = var.trim_start_matches("PAYHOOK_").trim_end_matches("_SECRETS").to_ascii_lowercase();
-        let provider = ProviderId::ALL.into_iter().find(|p| name == p.as_str() || name.starts_with(&format!("{p}_")));
+        let name = var
+            .trim_start_matches("PAYHOOK_")
+            .trim_end_matches("_SECRETS")
+            .to_ascii_lowercase();
+        let provider = ProviderId::ALL
+            .into_iter()
+            .find(|p| name == p.as_str() || name.starts_with(&format!("{p}_")));
         assert!(provider.is_some(), "{var} names no provider");
     }
 }
@@ -643,21 +982,32 @@ fn outputs_give_a_webhook_url_per_provider() {
 #[test]
 fn alarms_watch_errors_throttles_and_5xx() {
     let t = Template::load();
-    let alarms: Vec<&Value> = t.of_type("AWS::CloudWatch::Alarm").map(|(_, a)| &a["Properties"]).collect();
+    let alarms: Vec<&Value> = t
+        .of_type("AWS::CloudWatch::Alarm")
+        .map(|(_, a)| &a["Properties"])
+        .collect();
     let watches = |namespace: &str, metric: &str, dim: &str, target: &str| {
         alarms.iter().any(|a| {
             a["Namespace"] == namespace
                 && a["MetricName"] == metric
-                && one_or_many(&a["Dimensions"]).iter().any(|d| d["Name"] == dim && ref_target(&d["Value"]) == Some(target))
+                && one_or_many(&a["Dimensions"])
+                    .iter()
+                    .any(|d| d["Name"] == dim && ref_target(&d["Value"]) == Some(target))
         })
     };
     for (name, _) in t.functions() {
         for metric in ["Errors", "Throttles"] {
-            assert!(watches("AWS/Lambda", metric, "FunctionName", name), "no {metric} alarm on {name}");
+            assert!(
+                watches("AWS/Lambda", metric, "FunctionName", name),
+                "no {metric} alarm on {name}"
+            );
         }
     }
     for (api, _) in t.of_type("AWS::Serverless::HttpApi") {
-        assert!(watches("AWS/ApiGateway", "5xx", "ApiId", api), "no 5xx alarm on {api}");
+        assert!(
+            watches("AWS/ApiGateway", "5xx", "ApiId", api),
+            "no 5xx alarm on {api}"
+        );
     }
 }
 
@@ -666,15 +1016,30 @@ fn functions_are_built_by_cargo_lambda_for_graviton() {
     let t = Template::load();
     let bins: BTreeSet<String> = std::fs::read_dir(root().join("src/bin"))
         .unwrap()
-        .filter_map(|e| e.unwrap().path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter_map(|e| {
+            e.unwrap()
+                .path()
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
         .collect();
     for (name, f) in t.functions() {
         assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda", "{name}");
-        let binary = f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap_or_else(|| panic!("{name}: no BuildProperties.Binary"));
+        let binary = f["Metadata"]["BuildProperties"]["Binary"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no BuildProperties.Binary"));
         assert!(bins.contains(binary), "{name} is built from binary {binary:?}, but there is no src/bin/{binary}.rs (have {bins:?})");
-        assert_eq!(t.prop(f, "Runtime"), Some(&json!("provided.al2023")), "{name}");
+        assert_eq!(
+            t.prop(f, "Runtime"),
+            Some(&json!("provided.al2023")),
+            "{name}"
+        );
         assert_eq!(t.prop(f, "Handler"), Some(&json!("bootstrap")), "{name}");
-        assert_eq!(t.prop(f, "Architectures"), Some(&json!(["arm64"])), "{name}");
+        assert_eq!(
+            t.prop(f, "Architectures"),
+            Some(&json!(["arm64"])),
+            "{name}"
+        );
     }
 }
 
@@ -682,7 +1047,11 @@ fn functions_are_built_by_cargo_lambda_for_graviton() {
 
 #[test]
 fn cfn_lint_passes() {
-    let out = Command::new("cfn-lint").arg("--").arg("template.yaml").current_dir(root()).output();
+    let out = Command::new("cfn-lint")
+        .arg("--")
+        .arg("template.yaml")
+        .current_dir(root())
+        .output();
     let out = match out {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(

@@ -16,7 +16,11 @@ async fn first_delivery_applies_and_duplicate_replays_byte_identical() {
 
     // WHEN it is delivered, then delivered again (another event id, same money movement)
     let first = send(&app, signed(&body)).await;
-    let again = send(&app, signed(&payment_body("evt_2", "pay_1", "wallet_42", 125_000, "NGN"))).await;
+    let again = send(
+        &app,
+        signed(&payment_body("evt_2", "pay_1", "wallet_42", 125_000, "NGN")),
+    )
+    .await;
 
     // THEN the first applies, the duplicate replays the same bytes, and one credit exists
     assert_eq!(first.status, 200, "{}", first.body);
@@ -27,8 +31,14 @@ async fn first_delivery_applies_and_duplicate_replays_byte_identical() {
     assert_eq!(again.status, 200);
     assert!(again.replayed);
     assert_eq!(again.body, first.body);
-    let balance = store.balance(&AccountId::parse("wallet_42").unwrap()).await.unwrap();
-    assert_eq!(balance.balances.get(&Currency::parse("NGN").unwrap()), Some(&125_000));
+    let balance = store
+        .balance(&AccountId::parse("wallet_42").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        balance.balances.get(&Currency::parse("NGN").unwrap()),
+        Some(&125_000)
+    );
     assert_eq!(balance.entries, 1);
 }
 
@@ -46,7 +56,10 @@ fn ngn() -> Currency {
 }
 
 async fn balance_of(store: &payhook::store::dynamodb::DynamoStore, account: &str) -> (i64, u64) {
-    let b = store.balance(&AccountId::parse(account).unwrap()).await.unwrap();
+    let b = store
+        .balance(&AccountId::parse(account).unwrap())
+        .await
+        .unwrap();
     (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries)
 }
 
@@ -62,10 +75,17 @@ async fn sixty_four_concurrent_deliveries_credit_exactly_once() {
             tokio::spawn(async move { send(&app, signed(&body)).await })
         })
         .collect();
-    let replies: Vec<Resp> = futures::future::join_all(tasks).await.into_iter().map(Result::unwrap).collect();
+    let replies: Vec<Resp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
 
     // THEN exactly one applied; every other answer is a byte-identical replay or a 409
-    let applied: Vec<&Resp> = replies.iter().filter(|r| r.status == 200 && !r.replayed).collect();
+    let applied: Vec<&Resp> = replies
+        .iter()
+        .filter(|r| r.status == 200 && !r.replayed)
+        .collect();
     assert_eq!(applied.len(), 1, "{replies:?}");
     for r in &replies {
         match (r.status, r.replayed) {
@@ -78,8 +98,19 @@ async fn sixty_four_concurrent_deliveries_credit_exactly_once() {
     // AND one credit, one ledger entry, balance = amount
     assert_eq!(balance_of(&store, "wallet_race").await, (125_000, 1));
     // AND every delivery is in the log
-    let filter = LogFilter { reference: Some(Reference::parse("pay_race").unwrap()), ..LogFilter::default() };
-    assert_eq!(store.query(&filter, 100, None).await.unwrap().deliveries.len(), 64);
+    let filter = LogFilter {
+        reference: Some(Reference::parse("pay_race").unwrap()),
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        store
+            .query(&filter, 100, None)
+            .await
+            .unwrap()
+            .deliveries
+            .len(),
+        64
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -96,7 +127,13 @@ async fn two_hundred_references_interleaved_sum_to_unique_amounts() {
         let amount = rng.gen_range(1..1_000_000);
         expected += amount;
         for copy in 0..rng.gen_range(1..=5) {
-            deliveries.push(payment_body(&format!("evt_{i}_{copy}"), &format!("ref_{i}"), "wallet_many", amount, "NGN"));
+            deliveries.push(payment_body(
+                &format!("evt_{i}_{copy}"),
+                &format!("ref_{i}"),
+                "wallet_many",
+                amount,
+                "NGN",
+            ));
         }
     }
     deliveries.shuffle(&mut rng);
@@ -125,8 +162,16 @@ async fn two_hundred_references_interleaved_sum_to_unique_amounts() {
     }
 
     // THEN every delivery got 200, and the balance is the sum of unique amounts, one entry each
-    assert_eq!(statuses.get(&200), Some(&total), "seed {seed}: {statuses:?}");
-    assert_eq!(balance_of(&store, "wallet_many").await, (expected, 200), "seed {seed}");
+    assert_eq!(
+        statuses.get(&200),
+        Some(&total),
+        "seed {seed}: {statuses:?}"
+    );
+    assert_eq!(
+        balance_of(&store, "wallet_many").await,
+        (expected, 200),
+        "seed {seed}"
+    );
 }
 
 use futures::StreamExt;
@@ -150,7 +195,10 @@ async fn duplicate_claim_falls_back_to_a_consistent_get_when_no_item_is_returned
     let outcome = counted.claim(&key, fp, 30_000).await.unwrap();
 
     // THEN dynalite returned no ALL_OLD item, so exactly one consistent GetItem decided: replay
-    assert!(matches!(outcome, ClaimOutcome::Replay(ref r) if r.status == 200), "{outcome:?}");
+    assert!(
+        matches!(outcome, ClaimOutcome::Replay(ref r) if r.status == 200),
+        "{outcome:?}"
+    );
     assert_eq!(counter.get("PutItem"), 1);
     assert_eq!(counter.get("GetItem"), 1);
     assert_eq!(counter.writes() + counter.reads(), 2);
@@ -163,11 +211,19 @@ async fn a_new_event_costs_five_writes_and_no_read() {
     let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
     let app = app(counted, 30_000);
     // A process's first credit reads the ledger layout once (one GetItem per process, cached).
-    let warm = send(&app, signed(&payment_body("evt_w", "pay_w", "wallet_c", 10, "NGN"))).await;
+    let warm = send(
+        &app,
+        signed(&payment_body("evt_w", "pay_w", "wallet_c", 10, "NGN")),
+    )
+    .await;
     assert_eq!(warm.status, 200);
     assert_eq!(counter.get("GetItem"), 1, "{:?}", counter.snapshot());
     counter.reset();
-    let r = send(&app, signed(&payment_body("evt_c", "pay_c", "wallet_c", 10, "NGN"))).await;
+    let r = send(
+        &app,
+        signed(&payment_body("evt_c", "pay_c", "wallet_c", 10, "NGN")),
+    )
+    .await;
     assert_eq!(r.status, 200);
     // claim, payment transition, ledger entry, finalize, log
     assert_eq!(counter.writes(), 5, "{:?}", counter.snapshot());
@@ -178,7 +234,15 @@ async fn a_new_event_costs_five_writes_and_no_read() {
 async fn same_reference_with_other_money_is_a_conflict_that_moves_nothing() {
     let store = store("conflict").await;
     let app = app(store.clone(), 30_000);
-    assert_eq!(send(&app, signed(&payment_body("e1", "pay_x", "w_x", 1_000, "NGN"))).await.status, 200);
+    assert_eq!(
+        send(
+            &app,
+            signed(&payment_body("e1", "pay_x", "w_x", 1_000, "NGN"))
+        )
+        .await
+        .status,
+        200
+    );
     for other in [
         payment_body("e2", "pay_x", "w_x", 2_000, "NGN"),
         payment_body("e3", "pay_x", "w_x", 1_000, "USD"),
@@ -202,31 +266,65 @@ async fn a_key_in_flight_gets_409_with_retry_after() {
     assert!(matches!(held, ClaimOutcome::Claimed { .. }));
 
     // WHEN the provider delivers
-    let r = send(&app, signed(&payment_body("e", "pay_if", "w_if", 10, "NGN"))).await;
+    let r = send(
+        &app,
+        signed(&payment_body("e", "pay_if", "w_if", 10, "NGN")),
+    )
+    .await;
 
     // THEN 409 + Retry-After, nothing credited, the delivery logged as in flight
     assert_eq!(r.status, 409, "{}", r.body);
     let retry: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
     assert!((56..=60).contains(&retry), "Retry-After {retry}");
     assert_eq!(balance_of(&store, "w_if").await, (0, 0));
-    let filter = LogFilter { outcome: Some(Outcome::InFlight), ..LogFilter::default() };
-    assert_eq!(store.query(&filter, 10, None).await.unwrap().deliveries.len(), 1);
+    let filter = LogFilter {
+        outcome: Some(Outcome::InFlight),
+        ..LogFilter::default()
+    };
+    assert_eq!(
+        store
+            .query(&filter, 10, None)
+            .await
+            .unwrap()
+            .deliveries
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn other_event_types_are_ignored_and_logged() {
     let store = store("ignored").await;
     let app = app(store.clone(), 30_000);
-    let body = event_body("evt_cust", "customer.created", serde_json::json!({"id": "cus_1"}));
+    let body = event_body(
+        "evt_cust",
+        "customer.created",
+        serde_json::json!({"id": "cus_1"}),
+    );
     let r = send(&app, signed(&body)).await;
-    assert_eq!((r.status, r.json()["status"].as_str()), (200, Some("ignored")));
-    let filter = LogFilter { provider: Some(ProviderId::Generic), event_id: Some("evt_cust".into()), ..LogFilter::default() };
+    assert_eq!(
+        (r.status, r.json()["status"].as_str()),
+        (200, Some("ignored"))
+    );
+    let filter = LogFilter {
+        provider: Some(ProviderId::Generic),
+        event_id: Some("evt_cust".into()),
+        ..LogFilter::default()
+    };
     let logged = store.query(&filter, 10, None).await.unwrap().deliveries;
     assert_eq!(logged.len(), 1);
     assert_eq!(logged[0].outcome, Outcome::Ignored);
     // Listed from the event index, which never carries bodies; read from the table on demand.
     assert_eq!(logged[0].raw_body, None);
-    assert_eq!(store.with_body(&logged[0]).await.unwrap().raw_body.as_deref(), Some(body.as_str()));
+    assert_eq!(
+        store
+            .with_body(&logged[0])
+            .await
+            .unwrap()
+            .raw_body
+            .as_deref(),
+        Some(body.as_str())
+    );
 }
 
 #[tokio::test]
@@ -236,30 +334,63 @@ async fn signatures_valid_tampered_wrong_secret_rotated_stale_and_future() {
     let body = payment_body("e_sig", "pay_sig", "w_sig", 10, "NGN");
     let now = now_s();
     let cases: Vec<(&str, axum::http::Request<axum::body::Body>, u16)> = vec![
-        ("tampered body", {
-            let mut r = signed(&body);
-            *r.body_mut() = axum::body::Body::from(body.replace("\"amount\":10", "\"amount\":99"));
-            r
-        }, 401),
-        ("wrong secret", signed_with(&body, "whsec_d3Jvbmctc2VjcmV0", now), 401),
-        ("stale timestamp", signed_with(&body, SECRET, now - 301), 401),
-        ("future timestamp", signed_with(&body, SECRET, now + 301), 401),
-        ("missing signature", {
-            let mut r = signed(&body);
-            r.headers_mut().remove("webhook-signature");
-            r
-        }, 401),
+        (
+            "tampered body",
+            {
+                let mut r = signed(&body);
+                *r.body_mut() =
+                    axum::body::Body::from(body.replace("\"amount\":10", "\"amount\":99"));
+                r
+            },
+            401,
+        ),
+        (
+            "wrong secret",
+            signed_with(&body, "whsec_d3Jvbmctc2VjcmV0", now),
+            401,
+        ),
+        (
+            "stale timestamp",
+            signed_with(&body, SECRET, now - 301),
+            401,
+        ),
+        (
+            "future timestamp",
+            signed_with(&body, SECRET, now + 301),
+            401,
+        ),
+        (
+            "missing signature",
+            {
+                let mut r = signed(&body);
+                r.headers_mut().remove("webhook-signature");
+                r
+            },
+            401,
+        ),
     ];
     for (name, req, status) in cases {
         let r = send(&app, req).await;
         assert_eq!(r.status, status, "{name}: {}", r.body);
         assert_eq!(r.json()["error"], "invalid_signature", "{name}");
     }
-    assert_eq!(counts(&store).await, [0, 0, 0, 0], "rejected requests wrote something");
+    assert_eq!(
+        counts(&store).await,
+        [0, 0, 0, 0],
+        "rejected requests wrote something"
+    );
     // The second of two configured secrets verifies (rotation), and so does the first.
-    assert_eq!(send(&app, signed_with(&body, SECRET, now)).await.status, 200);
+    assert_eq!(
+        send(&app, signed_with(&body, SECRET, now)).await.status,
+        200
+    );
     let other = payment_body("e_sig2", "pay_sig2", "w_sig", 10, "NGN");
-    assert_eq!(send(&app, signed_with(&other, OTHER_SECRET, now)).await.status, 200);
+    assert_eq!(
+        send(&app, signed_with(&other, OTHER_SECRET, now))
+            .await
+            .status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -267,18 +398,60 @@ async fn bad_input_is_refused_with_the_field_named_and_writes_nothing() {
     let store = store("badinput").await;
     let app = app(store.clone(), 30_000);
     let data = |amount: &str, currency: &str| {
-        format!(r#"{{"id":"e","type":"payment.succeeded","data":{{"reference":"p","account":"a","amount":{amount},"currency":{currency}}}}}"#)
+        format!(
+            r#"{{"id":"e","type":"payment.succeeded","data":{{"reference":"p","account":"a","amount":{amount},"currency":{currency}}}}}"#
+        )
     };
     let cases = [
         ("{not json", 400, "malformed_json", None),
-        (r#"{"type":"payment.succeeded","data":{}}"#, 400, "invalid_field", Some("id")),
-        (r#"{"id":"e","type":"payment.succeeded","data":{"account":"a","amount":1,"currency":"NGN"}}"#, 400, "invalid_field", Some("data.reference")),
-        (&data("1.5", r#""NGN""#) as &str, 400, "invalid_field", Some("data.amount")),
-        (&data("0", r#""NGN""#), 400, "invalid_field", Some("data.amount")),
-        (&data("-100", r#""NGN""#), 400, "invalid_field", Some("data.amount")),
-        (&data(r#""100""#, r#""NGN""#), 400, "invalid_field", Some("data.amount")),
-        (&data("100", r#""NAIRA""#), 400, "invalid_field", Some("data.currency")),
-        (&data("100", "null"), 400, "invalid_field", Some("data.currency")),
+        (
+            r#"{"type":"payment.succeeded","data":{}}"#,
+            400,
+            "invalid_field",
+            Some("id"),
+        ),
+        (
+            r#"{"id":"e","type":"payment.succeeded","data":{"account":"a","amount":1,"currency":"NGN"}}"#,
+            400,
+            "invalid_field",
+            Some("data.reference"),
+        ),
+        (
+            &data("1.5", r#""NGN""#) as &str,
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            &data("0", r#""NGN""#),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            &data("-100", r#""NGN""#),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            &data(r#""100""#, r#""NGN""#),
+            400,
+            "invalid_field",
+            Some("data.amount"),
+        ),
+        (
+            &data("100", r#""NAIRA""#),
+            400,
+            "invalid_field",
+            Some("data.currency"),
+        ),
+        (
+            &data("100", "null"),
+            400,
+            "invalid_field",
+            Some("data.currency"),
+        ),
     ];
     for (body, status, error, field) in cases {
         let r = send(&app, signed(body)).await;
@@ -288,10 +461,26 @@ async fn bad_input_is_refused_with_the_field_named_and_writes_nothing() {
             assert_eq!(r.json()["field"], f, "{body}");
         }
     }
-    let huge = format!(r#"{{"id":"e","type":"x","pad":"{}"}}"#, "a".repeat(256 * 1024));
+    let huge = format!(
+        r#"{{"id":"e","type":"x","pad":"{}"}}"#,
+        "a".repeat(256 * 1024)
+    );
     let r = send(&app, signed(&huge)).await;
-    assert_eq!((r.status, r.json()["error"].as_str()), (413, Some("payload_too_large")));
-    let r = send(&app, axum::http::Request::post("/webhooks/nope").body(axum::body::Body::empty()).unwrap()).await;
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+    let r = send(
+        &app,
+        axum::http::Request::post("/webhooks/nope")
+            .body(axum::body::Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status, 404);
-    assert_eq!(counts(&store).await, [0, 0, 0, 0], "rejected requests wrote something");
+    assert_eq!(
+        counts(&store).await,
+        [0, 0, 0, 0],
+        "rejected requests wrote something"
+    );
 }

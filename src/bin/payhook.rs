@@ -2,10 +2,10 @@
 //! it is the `payhook` command line (`serve`, `tables`, `balance`, `events`, …). Clients are
 //! built once here and handed to the library.
 
-use std::process::ExitCode;
 use clap::Parser;
 use payhook::cli::{self, Cli, CliError};
 use payhook::config::Config;
+use std::process::ExitCode;
 
 async fn run() -> Result<(), CliError> {
     let config = Config::from_env()?;
@@ -16,7 +16,12 @@ async fn run() -> Result<(), CliError> {
             .map_err(|e| CliError::Other(format!("lambda runtime: {e}")));
     }
     let args = Cli::parse();
-    cli::run(args.command, config.clone(), payhook::runtime::dynamo_store(&config).await).await
+    cli::run(
+        args.command,
+        config.clone(),
+        payhook::runtime::dynamo_store(&config).await,
+    )
+    .await
 }
 
 /// mimalloc: fewer instructions per allocation than glibc malloc, and the SDK, hyper and serde

@@ -16,7 +16,10 @@ async fn run() -> Result<(), String> {
     let ops = runtime::ops(&config, store).map_err(|e| e.to_string())?;
     if !runtime::in_lambda() {
         let report = handle(&ops, Value::Null, "local", None).await?;
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
     let ops = &ops;

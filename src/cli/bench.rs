@@ -109,7 +109,10 @@ fn payment(run: &str, n: usize) -> Event {
         n % 64,
         1_000 + n
     );
-    Event { id, body: body.into_bytes() }
+    Event {
+        id,
+        body: body.into_bytes(),
+    }
 }
 
 type Http = Client<HttpConnector, Full<Bytes>>;
@@ -132,33 +135,70 @@ impl Target {
         let sent = self.try_send(e).await;
         let elapsed = started.elapsed();
         match sent {
-            Ok((status, replayed)) => Sent { status, replayed, elapsed },
-            Err(_) => Sent { status: 0, replayed: false, elapsed },
+            Ok((status, replayed)) => Sent {
+                status,
+                replayed,
+                elapsed,
+            },
+            Err(_) => Sent {
+                status: 0,
+                replayed: false,
+                elapsed,
+            },
         }
     }
 
     async fn try_send(&self, e: &Event) -> Result<(u16, bool), CliError> {
-        let headers = sign_headers(ProviderId::Generic, &self.config, &e.body, &e.id, now_ms() / 1_000)?;
+        let headers = sign_headers(
+            ProviderId::Generic,
+            &self.config,
+            &e.body,
+            &e.id,
+            now_ms() / 1_000,
+        )?;
         let mut req = http::Request::post(&self.url).header("content-type", "application/json");
         for (k, v) in &headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        let req = req.body(Full::new(Bytes::from(e.body.clone()))).map_err(|e| CliError::Other(e.to_string()))?;
-        let res = self.client.request(req).await.map_err(|e| CliError::Other(e.to_string()))?;
+        let req = req
+            .body(Full::new(Bytes::from(e.body.clone())))
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        let res = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
         let status = res.status().as_u16();
-        let replayed = res.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
-        res.into_body().collect().await.map_err(|e| CliError::Other(e.to_string()))?;
+        let replayed = res
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
+        res.into_body()
+            .collect()
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
         Ok((status, replayed))
     }
 }
 
 /// Refuses anything but a loopback `http://` URL: this tool generates load.
 fn loopback(url: &str) -> Result<String, CliError> {
-    let uri: http::Uri = url.parse().map_err(|e| CliError::Usage(format!("--url {url:?}: {e}")))?;
-    let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-    let is_loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--url {url:?}: {e}")))?;
+    let host = uri
+        .host()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let is_loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
     if uri.scheme_str() != Some("http") || !is_loopback {
-        return Err(CliError::Usage(format!("--url must be http:// on a loopback address, got {url:?}")));
+        return Err(CliError::Usage(format!(
+            "--url must be http:// on a loopback address, got {url:?}"
+        )));
     }
     Ok(format!("{}/webhooks/generic", url.trim_end_matches('/')))
 }
@@ -176,8 +216,17 @@ impl Progress {
             return;
         }
         let width = 30;
-        let filled = (done * width).checked_div(self.total).unwrap_or(width).min(width);
-        eprint!("\r{:<14} [{}{}] {done}/{}", self.label, "#".repeat(filled), "-".repeat(width - filled), self.total);
+        let filled = (done * width)
+            .checked_div(self.total)
+            .unwrap_or(width)
+            .min(width);
+        eprint!(
+            "\r{:<14} [{}{}] {done}/{}",
+            self.label,
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            self.total
+        );
         let _ = std::io::stderr().flush();
     }
 
@@ -186,19 +235,31 @@ impl Progress {
         if self.tty {
             eprintln!(" {:.1}s", elapsed.as_secs_f64());
         } else {
-            eprintln!("{:<14} {done}/{} {:.1}s", self.label, self.total, elapsed.as_secs_f64());
+            eprintln!(
+                "{:<14} {done}/{} {:.1}s",
+                self.label,
+                self.total,
+                elapsed.as_secs_f64()
+            );
         }
     }
 }
 
 /// Sends `events` with `concurrency` workers; returns the replies and the wall time.
-async fn drive(target: &Arc<Target>, events: Arc<Vec<Event>>, concurrency: usize, deadline: Duration, progress: &Progress) -> (Vec<Sent>, Duration) {
+async fn drive(
+    target: &Arc<Target>,
+    events: Arc<Vec<Event>>,
+    concurrency: usize,
+    deadline: Duration,
+    progress: &Progress,
+) -> (Vec<Sent>, Duration) {
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
-            let (target, events, next, done) = (target.clone(), events.clone(), next.clone(), done.clone());
+            let (target, events, next, done) =
+                (target.clone(), events.clone(), next.clone(), done.clone());
             tokio::spawn(async move {
                 let mut sent = Vec::new();
                 while started.elapsed() < deadline {
@@ -222,7 +283,13 @@ async fn drive(target: &Arc<Target>, events: Arc<Vec<Event>>, concurrency: usize
     };
     let elapsed = started.elapsed();
     progress.finish(done.load(Ordering::Relaxed), elapsed);
-    (results.into_iter().flat_map(Result::unwrap_or_default).collect(), elapsed)
+    (
+        results
+            .into_iter()
+            .flat_map(Result::unwrap_or_default)
+            .collect(),
+        elapsed,
+    )
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -252,16 +319,33 @@ fn row(traffic: Traffic, concurrency: usize, sent: &[Sent], elapsed: Duration) -
         p50_ms: percentile(&latencies, 50.0),
         p99_ms: percentile(&latencies, 99.0),
         max_ms: latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1_000.0),
-        per_s: if secs > 0.0 { sent.len() as f64 / secs } else { 0.0 },
+        per_s: if secs > 0.0 {
+            sent.len() as f64 / secs
+        } else {
+            0.0
+        },
         requests_per_delivery: None,
     }
 }
 
 /// Serves the router on a loopback port in this process, over a counted client; metrics off
 /// (stdout carries the results).
-async fn in_process(config: &Config, store: DynamoStore, counter: &RequestCounter) -> Result<String, CliError> {
-    let conf = store.client().config().to_builder().interceptor(counter.clone()).build();
-    let counted = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), store.tables().clone(), store.settings());
+async fn in_process(
+    config: &Config,
+    store: DynamoStore,
+    counter: &RequestCounter,
+) -> Result<String, CliError> {
+    let conf = store
+        .client()
+        .config()
+        .to_builder()
+        .interceptor(counter.clone())
+        .build();
+    let counted = DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(conf),
+        store.tables().clone(),
+        store.settings(),
+    );
     counted.create_tables().await?;
     let mut app = super::build_app(config, counted);
     if let Some(app) = Arc::get_mut(&mut app) {
@@ -280,20 +364,36 @@ async fn in_process(config: &Config, store: DynamoStore, counter: &RequestCounte
 
 pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<(), CliError> {
     if config.generic().is_none() {
-        return Err(CliError::Usage("payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into()));
+        return Err(CliError::Usage(
+            "payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
+        ));
     }
     if args.requests == 0 || args.concurrency.iter().any(|c| *c == 0 || *c > 1_024) {
-        return Err(CliError::Usage("--requests must be positive and each --concurrency in 1..=1024".into()));
+        return Err(CliError::Usage(
+            "--requests must be positive and each --concurrency in 1..=1024".into(),
+        ));
     }
     let counter = RequestCounter::new();
     let (base, label) = match &args.url {
         Some(url) => (url.clone(), url.clone()),
-        None => (in_process(&config, store, &counter).await?, "in-process router".to_owned()),
+        None => (
+            in_process(&config, store, &counter).await?,
+            "in-process router".to_owned(),
+        ),
     };
     let mut client = Client::builder(TokioExecutor::new());
     client.pool_idle_timeout(Duration::from_secs(30));
-    let target = Arc::new(Target { url: loopback(&base)?, client: client.build_http(), config });
-    let run = uuid::Uuid::new_v4().simple().to_string().chars().take(8).collect::<String>();
+    let target = Arc::new(Target {
+        url: loopback(&base)?,
+        client: client.build_http(),
+        config,
+    });
+    let run = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .take(8)
+        .collect::<String>();
     let deadline = Duration::from_secs(args.max_seconds);
     let tty = std::io::stderr().is_terminal();
     let mut n = 0usize;
@@ -304,7 +404,11 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
     };
 
     // Warm-up (untimed): connections, the SDK's connection pool, table metadata.
-    let warm = Progress { label: "warm-up".into(), total: 32, tty };
+    let warm = Progress {
+        label: "warm-up".into(),
+        total: 32,
+        tty,
+    };
     drive(&target, Arc::new(batch(32)), 8, deadline, &warm).await;
 
     let mut rows = Vec::new();
@@ -316,8 +420,19 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
                     // Apply half first (untimed), then send them again interleaved with new ones.
                     let half = args.requests / 2;
                     let seeded = batch(half);
-                    let seed = Progress { label: format!("seed c={concurrency}"), total: half, tty };
-                    drive(&target, Arc::new(seeded.clone()), concurrency, deadline, &seed).await;
+                    let seed = Progress {
+                        label: format!("seed c={concurrency}"),
+                        total: half,
+                        tty,
+                    };
+                    drive(
+                        &target,
+                        Arc::new(seeded.clone()),
+                        concurrency,
+                        deadline,
+                        &seed,
+                    )
+                    .await;
                     let fresh = batch(args.requests - half);
                     let mut mixed = Vec::with_capacity(args.requests);
                     for (i, e) in fresh.into_iter().enumerate() {
@@ -330,19 +445,33 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
                     mixed
                 }
             };
-            let progress = Progress { label: format!("{} c={concurrency}", traffic.as_str()), total: events.len(), tty };
+            let progress = Progress {
+                label: format!("{} c={concurrency}", traffic.as_str()),
+                total: events.len(),
+                tty,
+            };
             counter.reset();
-            let (sent, elapsed) = drive(&target, Arc::new(events), concurrency, deadline, &progress).await;
+            let (sent, elapsed) =
+                drive(&target, Arc::new(events), concurrency, deadline, &progress).await;
             let mut r = row(traffic, concurrency, &sent, elapsed);
             if args.url.is_none() && !sent.is_empty() {
-                let per = counter.snapshot().into_iter().map(|(op, c)| (op, c as f64 / sent.len() as f64)).collect();
+                let per = counter
+                    .snapshot()
+                    .into_iter()
+                    .map(|(op, c)| (op, c as f64 / sent.len() as f64))
+                    .collect();
                 r.requests_per_delivery = Some(per);
             }
             rows.push(r);
         }
     }
 
-    let report = Report { target: &label, version: env!("CARGO_PKG_VERSION"), requests_per_cell: args.requests, rows };
+    let report = Report {
+        target: &label,
+        version: env!("CARGO_PKG_VERSION"),
+        requests_per_cell: args.requests,
+        rows,
+    };
     if args.json {
         return super::print_json(&report);
     }
@@ -351,21 +480,54 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
 }
 
 fn print_table(report: &Report<'_>) {
-    println!("payhook bench against {} ({} deliveries per cell)", report.target, report.requests_per_cell);
-    let h = ["traffic", "conc", "sent", "p50 ms", "p99 ms", "max ms", "deliv/s", "replayed", "statuses", "DynamoDB requests/delivery"];
+    println!(
+        "payhook bench against {} ({} deliveries per cell)",
+        report.target, report.requests_per_cell
+    );
+    let h = [
+        "traffic",
+        "conc",
+        "sent",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "deliv/s",
+        "replayed",
+        "statuses",
+        "DynamoDB requests/delivery",
+    ];
     println!(
         "{:<8} {:>4} {:>6} {:>9} {:>9} {:>9} {:>10} {:>9}  {:<20} {}",
         h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
     );
     for r in &report.rows {
-        let statuses = r.statuses.iter().map(|(s, n)| format!("{s}:{n}")).collect::<Vec<_>>().join(" ");
+        let statuses = r
+            .statuses
+            .iter()
+            .map(|(s, n)| format!("{s}:{n}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         let requests = r.requests_per_delivery.as_ref().map_or_else(
             || "-".to_owned(),
-            |m| m.iter().map(|(op, v)| format!("{op} {v:.2}")).collect::<Vec<_>>().join(", "),
+            |m| {
+                m.iter()
+                    .map(|(op, v)| format!("{op} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         );
         println!(
             "{:<8} {:>4} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>10.0} {:>9}  {:<20} {}",
-            r.traffic.as_str(), r.concurrency, r.deliveries, r.p50_ms, r.p99_ms, r.max_ms, r.per_s, r.replayed, statuses, requests
+            r.traffic.as_str(),
+            r.concurrency,
+            r.deliveries,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.per_s,
+            r.replayed,
+            statuses,
+            requests
         );
     }
 }
@@ -376,7 +538,10 @@ mod tests {
 
     #[test]
     fn only_loopback_urls_are_accepted() {
-        assert_eq!(loopback("http://127.0.0.1:3000/").unwrap(), "http://127.0.0.1:3000/webhooks/generic");
+        assert_eq!(
+            loopback("http://127.0.0.1:3000/").unwrap(),
+            "http://127.0.0.1:3000/webhooks/generic"
+        );
         assert!(loopback("http://localhost:3000").is_ok());
         assert!(loopback("http://[::1]:3000").is_ok());
         assert!(loopback("http://10.0.0.1:3000").is_err());

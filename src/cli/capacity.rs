@@ -140,18 +140,38 @@ impl SplitMix {
 
 impl Model {
     /// Creates tables under `prefix` (through `base`'s client) and a recorded store over them.
-    pub async fn new(base: &DynamoStore, prefix: &str, config: &Config, seed: u64) -> Result<Self, CliError> {
+    pub async fn new(
+        base: &DynamoStore,
+        prefix: &str,
+        config: &Config,
+        seed: u64,
+    ) -> Result<Self, CliError> {
         let tables = TableNames::with_prefix(prefix);
         let plain = DynamoStore::new(base.client().clone(), tables.clone(), base.settings());
         plain.create_tables().await?;
         let recorder = CapacityRecorder::new(base.client().clone(), tables.clone());
-        let conf = base.client().config().to_builder().interceptor(recorder.clone()).build();
-        let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf), tables, base.settings());
+        let conf = base
+            .client()
+            .config()
+            .to_builder()
+            .interceptor(recorder.clone())
+            .build();
+        let store = DynamoStore::new(
+            aws_sdk_dynamodb::Client::from_conf(conf),
+            tables,
+            base.settings(),
+        );
         let mut app = super::build_app(config, store.clone());
         if let Some(a) = Arc::get_mut(&mut app) {
             a.metrics = false;
         }
-        let model = Model { store, recorder, app, config: config.clone(), rng: SplitMix(seed) };
+        let model = Model {
+            store,
+            recorder,
+            app,
+            config: config.clone(),
+            rng: SplitMix(seed),
+        };
         // A process reads the stored layout once: not a per-delivery cost.
         model.store.placement_layout().await?;
         model.recorder.take();
@@ -161,13 +181,25 @@ impl Model {
     /// Sends one signed generic delivery through the router; returns its HTTP status and the
     /// requests it cost.
     pub async fn deliver(&self, body: &str) -> Result<(u16, Vec<Costed>), CliError> {
-        let headers = sign_headers(ProviderId::Generic, &self.config, body.as_bytes(), "msg_capacity", now_ms() / 1000)?;
-        let mut req = http::Request::post("/webhooks/generic").header("content-type", "application/json");
+        let headers = sign_headers(
+            ProviderId::Generic,
+            &self.config,
+            body.as_bytes(),
+            "msg_capacity",
+            now_ms() / 1000,
+        )?;
+        let mut req =
+            http::Request::post("/webhooks/generic").header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(k, v);
         }
-        let req = req.body(Body::from(body.to_owned())).map_err(|e| CliError::Other(e.to_string()))?;
-        let res = crate::http::router(self.app.clone()).oneshot(req).await.map_err(|e| CliError::Other(e.to_string()))?;
+        let req = req
+            .body(Body::from(body.to_owned()))
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        let res = crate::http::router(self.app.clone())
+            .oneshot(req)
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
         Ok((res.status().as_u16(), self.recorder.take()))
     }
 
@@ -190,7 +222,9 @@ pub fn body(event_id: &str, reference: &str, account: &str, bytes: usize) -> Str
         r#"{{"id":"{event_id}","type":"payment.succeeded","created":1764670000,"data":{{"reference":"{reference}","account":"{account}","amount":125000,"currency":"NGN","items":[]}}}}"#
     );
     let mut rng = SplitMix(crate::ledger::fnv1a(reference));
-    let words = ["shirt", "mug", "ticket", "plan", "bundle", "voucher", "sticker", "book", "lamp", "chair"];
+    let words = [
+        "shirt", "mug", "ticket", "plan", "bundle", "voucher", "sticker", "book", "lamp", "chair",
+    ];
     let mut items = Vec::new();
     let mut len = base.len();
     while len < bytes {
@@ -206,7 +240,11 @@ pub fn body(event_id: &str, reference: &str, account: &str, bytes: usize) -> Str
         len += item.len() + 1;
         items.push(item);
     }
-    base.replacen(r#""items":[]"#, &format!(r#""items":[{}]"#, items.join(",")), 1)
+    base.replacen(
+        r#""items":[]"#,
+        &format!(r#""items":[{}]"#, items.join(",")),
+        1,
+    )
 }
 
 fn per_delivery(class: &str, body_bytes: usize, runs: &[Vec<Costed>]) -> PerDelivery {
@@ -221,11 +259,21 @@ fn per_delivery(class: &str, body_bytes: usize, runs: &[Vec<Costed>]) -> PerDeli
         w += t.write_units / n;
         r += t.read_units / n;
     }
-    PerDelivery { class: class.into(), body_bytes, requests, write_units: w, read_units: r }
+    PerDelivery {
+        class: class.into(),
+        body_bytes,
+        requests,
+        write_units: w,
+        read_units: r,
+    }
 }
 
 /// New deliveries and duplicates of them, for one body size.
-pub async fn classes(model: &mut Model, body_bytes: usize, count: usize) -> Result<Vec<PerDelivery>, CliError> {
+pub async fn classes(
+    model: &mut Model,
+    body_bytes: usize,
+    count: usize,
+) -> Result<Vec<PerDelivery>, CliError> {
     let (mut new, mut dup) = (Vec::new(), Vec::new());
     for i in 0..count {
         let r = model.reference();
@@ -237,12 +285,22 @@ pub async fn classes(model: &mut Model, body_bytes: usize, count: usize) -> Resu
         new.push(costed);
         dup.push(model.deliver(&b).await?.1);
     }
-    Ok(vec![per_delivery("new", body_bytes, &new), per_delivery("duplicate", body_bytes, &dup)])
+    Ok(vec![
+        per_delivery("new", body_bytes, &new),
+        per_delivery("duplicate", body_bytes, &dup),
+    ])
 }
 
 /// Runs a scenario: `count` deliveries, accounts drawn from `accounts`, `dup_share` of them
 /// redeliveries of earlier ones; keys scaled to `rate` deliveries/s.
-pub async fn scenario(model: &mut Model, name: &str, rate: f64, accounts: usize, dup_share: f64, count: usize) -> Result<Scenario, CliError> {
+pub async fn scenario(
+    model: &mut Model,
+    name: &str,
+    rate: f64,
+    accounts: usize,
+    dup_share: f64,
+    count: usize,
+) -> Result<Scenario, CliError> {
     let mut sent: Vec<String> = Vec::new();
     let mut keys: BTreeMap<(String, String), f64> = BTreeMap::new();
     let mut all = Vec::new();
@@ -276,7 +334,11 @@ pub async fn scenario(model: &mut Model, name: &str, rate: f64, accounts: usize,
     let mut families: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
     for ((target, key), units) in keys {
         let (family, _) = shard_of(&key).unwrap_or((key.as_str(), 0));
-        let family = if target == "ledger" { "{account}".to_owned() } else { family.to_owned() };
+        let family = if target == "ledger" {
+            "{account}".to_owned()
+        } else {
+            family.to_owned()
+        };
         let entry = families.entry((target, family)).or_default();
         entry.0 += units;
         entry.1 = entry.1.max(units);
@@ -284,19 +346,35 @@ pub async fn scenario(model: &mut Model, name: &str, rate: f64, accounts: usize,
     let mut hottest: Vec<HotKey> = families
         .into_iter()
         .map(|((target, key), (units, max))| {
-            let shards = if target == "ledger" { layout.ledger_shards } else { layout.index_shards };
-            let spread = f64::from(shards.max(1)) * if target == "ledger" { accounts.max(1) as f64 } else { 1.0 };
+            let shards = if target == "ledger" {
+                layout.ledger_shards
+            } else {
+                layout.index_shards
+            };
+            let spread = f64::from(shards.max(1))
+                * if target == "ledger" {
+                    accounts.max(1) as f64
+                } else {
+                    1.0
+                };
             HotKey {
                 keys_in_family: (spread as u64).max(1),
                 write_units_per_s: units / n * rate / spread,
-                sampled_max_per_s: max / n * rate / if target == "ledger" { accounts.max(1) as f64 } else { 1.0 },
+                sampled_max_per_s: max / n * rate
+                    / if target == "ledger" {
+                        accounts.max(1) as f64
+                    } else {
+                        1.0
+                    },
                 target,
                 key,
             }
         })
         .collect();
     hottest.sort_by(|a, b| b.write_units_per_s.total_cmp(&a.write_units_per_s));
-    let within_key_limit = hottest.first().is_none_or(|h| h.write_units_per_s <= KEY_WRITE_LIMIT);
+    let within_key_limit = hottest
+        .first()
+        .is_none_or(|h| h.write_units_per_s <= KEY_WRITE_LIMIT);
     hottest.truncate(10);
     let (w, r) = (totals.write_units / n, totals.read_units / n);
     Ok(Scenario {
@@ -317,15 +395,21 @@ pub async fn scenario(model: &mut Model, name: &str, rate: f64, accounts: usize,
 pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRead, CliError> {
     use futures::StreamExt;
     let account = AccountId::parse("acct_balance").map_err(|e| CliError::Other(e.to_string()))?;
-    let currency = crate::domain::Currency::parse("NGN").map_err(|e| CliError::Other(e.to_string()))?;
-    let plain = DynamoStore::new(model.recorder.images().clone(), model.store.tables().clone(), model.store.settings());
+    let currency =
+        crate::domain::Currency::parse("NGN").map_err(|e| CliError::Other(e.to_string()))?;
+    let plain = DynamoStore::new(
+        model.recorder.images().clone(),
+        model.store.tables().clone(),
+        model.store.settings(),
+    );
     let layout = plain.placement_layout().await?;
     let at = now_ms() - 600_000;
     let posts = futures::stream::iter(0..entries)
         .map(|i| {
             let (plain, account) = (&plain, account.clone());
             async move {
-                let key = crate::domain::IdempotencyKey::from_stored(format!("generic:payment:bal_{i}"));
+                let key =
+                    crate::domain::IdempotencyKey::from_stored(format!("generic:payment:bal_{i}"));
                 let posting = crate::ledger::Posting {
                     shard: layout.place(&key),
                     at_ms: Some(at + i64::try_from(i).unwrap_or(0)),
@@ -333,7 +417,8 @@ pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRe
                     account,
                     currency,
                     amount_minor: 100,
-                    reference: crate::domain::Reference::parse(&format!("bal_{i}")).map_err(|e| CliError::Other(e.to_string()))?,
+                    reference: crate::domain::Reference::parse(&format!("bal_{i}"))
+                        .map_err(|e| CliError::Other(e.to_string()))?,
                     posted_at_ms: at,
                 };
                 plain.post(&posting).await.map_err(CliError::from)
@@ -368,16 +453,46 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
         eprintln!("capacity: {each} new + {each} duplicate deliveries of {bytes} bytes");
         per.extend(classes(&mut model, bytes, each).await?);
     }
-    eprintln!("capacity: {} deliveries over 10,000 accounts, 30% duplicates", args.deliveries);
-    let wide = scenario(&mut model, "10,000/s over 10,000 accounts, 30% duplicates", 10_000.0, 10_000, 0.3, args.deliveries).await?;
+    eprintln!(
+        "capacity: {} deliveries over 10,000 accounts, 30% duplicates",
+        args.deliveries
+    );
+    let wide = scenario(
+        &mut model,
+        "10,000/s over 10,000 accounts, 30% duplicates",
+        10_000.0,
+        10_000,
+        0.3,
+        args.deliveries,
+    )
+    .await?;
     eprintln!("capacity: {} credits to one account", args.deliveries);
-    let hot = scenario(&mut model, "one account at 1,000 credits/s", 1_000.0, 1, 0.0, args.deliveries).await?;
-    eprintln!("capacity: balance read over {} entries", args.balance_entries);
+    let hot = scenario(
+        &mut model,
+        "one account at 1,000 credits/s",
+        1_000.0,
+        1,
+        0.0,
+        args.deliveries,
+    )
+    .await?;
+    eprintln!(
+        "capacity: balance read over {} entries",
+        args.balance_entries
+    );
     let balance_read = balance_read(&mut model, args.balance_entries).await?;
-    let prices = [("usd_per_million_write_units", USD_PER_MILLION_WRITES), ("usd_per_million_read_units", USD_PER_MILLION_READS)]
-        .into_iter()
-        .collect();
-    let report = Report { per_delivery: per, scenarios: vec![wide, hot], balance_read, prices };
+    let prices = [
+        ("usd_per_million_write_units", USD_PER_MILLION_WRITES),
+        ("usd_per_million_read_units", USD_PER_MILLION_READS),
+    ]
+    .into_iter()
+    .collect();
+    let report = Report {
+        per_delivery: per,
+        scenarios: vec![wide, hot],
+        balance_read,
+        prices,
+    };
     if args.json {
         return super::print_json(&report);
     }
@@ -386,10 +501,24 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
 }
 
 fn print_table(r: &Report) {
-    println!("{:<10} {:>8} {:>10} {:>10}  requests", "class", "body", "write u.", "read u.");
+    println!(
+        "{:<10} {:>8} {:>10} {:>10}  requests",
+        "class", "body", "write u.", "read u."
+    );
     for p in &r.per_delivery {
-        let reqs: Vec<String> = p.requests.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
-        println!("{:<10} {:>8} {:>10.2} {:>10.2}  {}", p.class, p.body_bytes, p.write_units, p.read_units, reqs.join(", "));
+        let reqs: Vec<String> = p
+            .requests
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        println!(
+            "{:<10} {:>8} {:>10.2} {:>10.2}  {}",
+            p.class,
+            p.body_bytes,
+            p.write_units,
+            p.read_units,
+            reqs.join(", ")
+        );
     }
     for s in &r.scenarios {
         println!();
@@ -403,7 +532,10 @@ fn print_table(r: &Report) {
                 h.write_units_per_s, h.target, h.key, h.keys_in_family, h.sampled_max_per_s
             );
         }
-        println!("  every key within {KEY_WRITE_LIMIT} WCU/s: {}", s.within_key_limit);
+        println!(
+            "  every key within {KEY_WRITE_LIMIT} WCU/s: {}",
+            s.within_key_limit
+        );
     }
     let b = &r.balance_read;
     println!();

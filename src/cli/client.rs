@@ -17,7 +17,13 @@ use crate::providers::{flutterwave, paystack, stripe, SignatureError};
 /// Headers that sign `body` for `provider` at `now_s` with the first configured secret, as that
 /// provider would send them. `event_id` is used only where the scheme signs one (Standard
 /// Webhooks). Flutterwave gets `flutterwave-signature`, plus `verif-hash` when v3 hashes are set.
-pub fn sign_headers(provider: ProviderId, config: &Config, body: &[u8], event_id: &str, now_s: i64) -> Result<Vec<(String, String)>, CliError> {
+pub fn sign_headers(
+    provider: ProviderId,
+    config: &Config,
+    body: &[u8],
+    event_id: &str,
+    now_s: i64,
+) -> Result<Vec<(String, String)>, CliError> {
     let missing = || CliError::Usage(format!("no secret configured for {provider}"));
     let unusable = |e: SignatureError| CliError::Usage(format!("{provider}: {e}"));
     match provider {
@@ -26,7 +32,10 @@ pub fn sign_headers(provider: ProviderId, config: &Config, body: &[u8], event_id
             Ok(vec![
                 ("webhook-id".into(), event_id.to_owned()),
                 ("webhook-timestamp".into(), now_s.to_string()),
-                ("webhook-signature".into(), scheme.sign(event_id, now_s, body)),
+                (
+                    "webhook-signature".into(),
+                    scheme.sign(event_id, now_s, body),
+                ),
             ])
         }
         ProviderId::Stripe => {
@@ -38,9 +47,15 @@ pub fn sign_headers(provider: ProviderId, config: &Config, body: &[u8], event_id
             Ok(vec![(paystack::HEADER.into(), paystack.sign(body))])
         }
         ProviderId::Flutterwave => {
-            let fw = config.flutterwave().ok_or_else(missing)?.map_err(unusable)?;
+            let fw = config
+                .flutterwave()
+                .ok_or_else(missing)?
+                .map_err(unusable)?;
             let mut headers = vec![(flutterwave::SIGNATURE_HEADER.to_owned(), fw.sign(body))];
-            headers.extend(fw.verif_hash().map(|h| (flutterwave::HASH_HEADER.to_owned(), h)));
+            headers.extend(
+                fw.verif_hash()
+                    .map(|h| (flutterwave::HASH_HEADER.to_owned(), h)),
+            );
             Ok(headers)
         }
     }
@@ -48,23 +63,39 @@ pub fn sign_headers(provider: ProviderId, config: &Config, body: &[u8], event_id
 
 /// The provider named by an API Gateway event's path (`/webhooks/{provider}`).
 pub fn provider_of(event: &Value) -> Result<ProviderId, CliError> {
-    let path = event.get("rawPath").and_then(Value::as_str).unwrap_or_default();
+    let path = event
+        .get("rawPath")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     path.strip_prefix("/webhooks/")
         .and_then(ProviderId::parse)
-        .ok_or_else(|| CliError::Usage(format!("event path {path:?} is not /webhooks/{{provider}}")))
+        .ok_or_else(|| {
+            CliError::Usage(format!("event path {path:?} is not /webhooks/{{provider}}"))
+        })
 }
 
 /// Reads an API Gateway v2 event and returns it with fresh signature headers.
 pub fn resign_file(path: &Path, config: &Config) -> Result<Value, CliError> {
     let text = std::fs::read_to_string(path)?;
-    let mut event: Value = serde_json::from_str(&text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let mut event: Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
     let provider = provider_of(&event)?;
-    let body = event.get("body").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let body = event
+        .get("body")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let event_id = serde_json::from_str::<Value>(&body)
         .ok()
         .and_then(|b| b.get("id").and_then(Value::as_str).map(str::to_owned))
         .unwrap_or_else(|| "msg_sample".to_owned());
-    let headers = sign_headers(provider, config, body.as_bytes(), &event_id, now_ms() / 1_000)?;
+    let headers = sign_headers(
+        provider,
+        config,
+        body.as_bytes(),
+        &event_id,
+        now_ms() / 1_000,
+    )?;
     if let Some(map) = event.get_mut("headers").and_then(Value::as_object_mut) {
         for (k, v) in headers {
             map.insert(k, Value::String(v));
@@ -82,16 +113,37 @@ pub struct Reply {
 }
 
 /// POSTs `body` with `headers` to `url` over plain HTTP (loopback).
-pub async fn post(url: &str, headers: &[(String, String)], body: Vec<u8>) -> Result<Reply, CliError> {
+pub async fn post(
+    url: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) -> Result<Reply, CliError> {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut req = http::Request::post(url).header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let req = req.body(Full::new(Bytes::from(body))).map_err(|e| CliError::Other(e.to_string()))?;
-    let res = client.request(req).await.map_err(|e| CliError::Other(format!("POST {url}: {e}")))?;
+    let req = req
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    let res = client
+        .request(req)
+        .await
+        .map_err(|e| CliError::Other(format!("POST {url}: {e}")))?;
     let status = res.status().as_u16();
-    let replayed = res.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
-    let body = res.into_body().collect().await.map_err(|e| CliError::Other(e.to_string()))?.to_bytes();
-    Ok(Reply { status, replayed, body: String::from_utf8_lossy(&body).into_owned() })
+    let replayed = res
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?
+        .to_bytes();
+    Ok(Reply {
+        status,
+        replayed,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
 }

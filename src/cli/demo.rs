@@ -13,16 +13,34 @@ use crate::domain::{now_ms, AccountId};
 use crate::store::dynamodb::DynamoStore;
 
 fn step(name: &str, reply: &Reply) {
-    eprintln!("{name:<28} -> {} {}{}", reply.status, if reply.replayed { "(replayed) " } else { "" }, reply.body);
+    eprintln!(
+        "{name:<28} -> {} {}{}",
+        reply.status,
+        if reply.replayed { "(replayed) " } else { "" },
+        reply.body
+    );
 }
 
-pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore) -> Result<(), CliError> {
+pub async fn run(
+    url: &str,
+    sample: &Path,
+    config: &Config,
+    store: &DynamoStore,
+) -> Result<(), CliError> {
     let event: Value = serde_json::from_str(&std::fs::read_to_string(sample)?)
         .map_err(|e| CliError::Usage(format!("{}: {e}", sample.display())))?;
     let provider = provider_of(&event)?;
-    let body = event.get("body").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let body = event
+        .get("body")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let parsed: Value = serde_json::from_str(&body).map_err(|e| CliError::Usage(e.to_string()))?;
-    let event_id = parsed.get("id").and_then(Value::as_str).unwrap_or("evt").to_owned();
+    let event_id = parsed
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or("evt")
+        .to_owned();
     let target = format!("{}/webhooks/{provider}", url.trim_end_matches('/'));
     let send = |id: String| {
         let headers = sign_headers(provider, config, body.as_bytes(), &id, now_ms() / 1_000);
@@ -36,16 +54,27 @@ pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore)
     let duplicate = send(event_id.clone()).await?;
     step("duplicate delivery", &duplicate);
 
-    let copies = futures::future::join_all((0..20).map(|i| send(format!("{event_id}_retry{i}")))).await;
+    let copies =
+        futures::future::join_all((0..20).map(|i| send(format!("{event_id}_retry{i}")))).await;
     let mut tally: BTreeMap<String, usize> = BTreeMap::new();
     for reply in copies {
         let reply = reply?;
-        let label = format!("{}{}", reply.status, if reply.replayed { " replayed" } else { "" });
+        let label = format!(
+            "{}{}",
+            reply.status,
+            if reply.replayed { " replayed" } else { "" }
+        );
         *tally.entry(label).or_default() += 1;
     }
     eprintln!("{:<28} -> {tally:?}", "20 concurrent copies");
 
-    let mut forged = sign_headers(provider, config, body.as_bytes(), &event_id, now_ms() / 1_000)?;
+    let mut forged = sign_headers(
+        provider,
+        config,
+        body.as_bytes(),
+        &event_id,
+        now_ms() / 1_000,
+    )?;
     for (k, v) in forged.iter_mut() {
         if k.ends_with("signature") {
             *v = "v1,Zm9yZ2VkIHNpZ25hdHVyZSBvZiB0aGlydHktdHdvIGJ5dGVzIQ==".into();
@@ -56,8 +85,16 @@ pub async fn run(url: &str, sample: &Path, config: &Config, store: &DynamoStore)
 
     // The applied answer names the credited account, whatever the provider's payload shape.
     let applied: Value = serde_json::from_str(&first.body).unwrap_or(Value::Null);
-    let account = applied.get("account").and_then(Value::as_str).unwrap_or_default();
-    let account = AccountId::parse(account).map_err(|e| CliError::Other(format!("first delivery was not applied ({e}): {}", first.body)))?;
+    let account = applied
+        .get("account")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let account = AccountId::parse(account).map_err(|e| {
+        CliError::Other(format!(
+            "first delivery was not applied ({e}): {}",
+            first.body
+        ))
+    })?;
     let balance = crate::read::balance(store, &account, false).await?;
     print_json(&json!({
         "first": first,

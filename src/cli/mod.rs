@@ -1,10 +1,10 @@
 //! The `payhook` command line. Results go to stdout (JSON unless asked for a table), logs and
 //! progress to stderr, so `payhook balance X | jq` always works.
 
-mod demo;
 pub mod bench;
 pub mod capacity;
 pub mod client;
+mod demo;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,12 +17,16 @@ use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::http::{App, ReadAccess};
 use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
-use crate::read::{self, DeliveryQuery};
 use crate::pipeline::Pipeline;
+use crate::read::{self, DeliveryQuery};
 use crate::store::dynamodb::{schema, DynamoStore};
 
 #[derive(Debug, Parser)]
-#[command(name = "payhook", version, about = "Exactly-once money movement from payment webhooks")]
+#[command(
+    name = "payhook",
+    version,
+    about = "Exactly-once money movement from payment webhooks"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -225,12 +229,19 @@ impl EventsArgs {
     pub fn filter(&self) -> Result<LogFilter, CliError> {
         Ok(LogFilter {
             provider: self.provider.as_deref().map(provider).transpose()?,
-            reference: self.reference.as_deref().map(|r| usage("--reference", Reference::parse(r))).transpose()?,
+            reference: self
+                .reference
+                .as_deref()
+                .map(|r| usage("--reference", Reference::parse(r)))
+                .transpose()?,
             event_id: self.event_id.clone(),
             outcome: self
                 .outcome
                 .as_deref()
-                .map(|o| Outcome::parse(o).ok_or_else(|| CliError::Usage(format!("unknown outcome {o:?}"))))
+                .map(|o| {
+                    Outcome::parse(o)
+                        .ok_or_else(|| CliError::Usage(format!("unknown outcome {o:?}")))
+                })
                 .transpose()?,
             since_ms: self.since_ms,
             until_ms: self.until_ms,
@@ -242,17 +253,26 @@ impl EventsArgs {
 pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
     match command {
         Command::Serve { addr, read_api } => serve(addr, read_api, config, store).await,
-        Command::Tables { action: TablesAction::Create } => print_json(&store.create_tables().await?),
-        Command::Tables { action: TablesAction::Schema } => print_json(&serde_json::json!({
+        Command::Tables {
+            action: TablesAction::Create,
+        } => print_json(&store.create_tables().await?),
+        Command::Tables {
+            action: TablesAction::Schema,
+        } => print_json(&serde_json::json!({
             "tables": schema::ALL.iter().map(|d| serde_json::json!({
                 "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
             "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
         })),
-        Command::Ledger { action: LedgerAction::Shards { grow, grow_index } } => {
+        Command::Ledger {
+            action: LedgerAction::Shards { grow, grow_index },
+        } => {
             let layout = match (grow, grow_index) {
                 (None, None) => store.layout().await?,
                 (l, i) => {
-                    let want = crate::ledger::Layout { ledger_shards: l.unwrap_or(0), index_shards: i.unwrap_or(0) };
+                    let want = crate::ledger::Layout {
+                        ledger_shards: l.unwrap_or(0),
+                        index_shards: i.unwrap_or(0),
+                    };
                     store.grow_layout(want).await?
                 }
             };
@@ -263,12 +283,20 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             print_json(&read::balance(&store, &account, entries).await?)
         }
         Command::Events { args, bodies } => {
-            let query = DeliveryQuery { filter: args.filter()?, limit: args.limit, cursor: args.cursor.clone(), with_bodies: bodies };
+            let query = DeliveryQuery {
+                filter: args.filter()?,
+                limit: args.limit,
+                cursor: args.cursor.clone(),
+                with_bodies: bodies,
+            };
             let page = read::deliveries(&store, &query).await?;
             match args.format {
                 Format::Json => {
                     for d in &page.deliveries {
-                        println!("{}", serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?);
+                        println!(
+                            "{}",
+                            serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?
+                        );
                     }
                     if let Some(next) = &page.next_cursor {
                         eprintln!("more: --cursor {next}");
@@ -276,11 +304,18 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
                     Ok(())
                 }
                 Format::Table => {
-                    println!("{:<32} {:<12} {:<20} {:<10} {:>4}  key", "delivery", "provider", "event", "outcome", "http");
+                    println!(
+                        "{:<32} {:<12} {:<20} {:<10} {:>4}  key",
+                        "delivery", "provider", "event", "outcome", "http"
+                    );
                     for d in &page.deliveries {
                         println!(
                             "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
-                            &d.id[..d.id.len().min(32)], d.provider, d.event_id, d.outcome, d.http_status,
+                            &d.id[..d.id.len().min(32)],
+                            d.provider,
+                            d.event_id,
+                            d.outcome,
+                            d.http_status,
                             d.key.as_deref().unwrap_or("-")
                         );
                     }
@@ -295,11 +330,29 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
         Command::Reconcile => {
             let ops = crate::runtime::ops(&config, store)?;
-            let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await.map_err(CliError::Other)?;
+            let report =
+                crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None)
+                    .await
+                    .map_err(CliError::Other)?;
             print_json(&report)
         }
-        Command::Replay { filter, dry_run, concurrency, include_replays, max } => {
-            replay_command(&filter, dry_run, concurrency, include_replays, max, &config, store).await
+        Command::Replay {
+            filter,
+            dry_run,
+            concurrency,
+            include_replays,
+            max,
+        } => {
+            replay_command(
+                &filter,
+                dry_run,
+                concurrency,
+                include_replays,
+                max,
+                &config,
+                store,
+            )
+            .await
         }
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
@@ -326,9 +379,15 @@ async fn replay_command(
         include_replays,
         max,
     };
-    let summary = crate::replay::replay(&ops.pipeline, &ops.providers, &filter.filter()?, &opts, progress_bar)
-        .await
-        .map_err(|e| CliError::Other(e.to_string()))?;
+    let summary = crate::replay::replay(
+        &ops.pipeline,
+        &ops.providers,
+        &filter.filter()?,
+        &opts,
+        progress_bar,
+    )
+    .await
+    .map_err(|e| CliError::Other(e.to_string()))?;
     eprintln!();
     print_json(&summary)
 }
@@ -336,13 +395,26 @@ async fn replay_command(
 /// A one-line progress bar on stderr.
 fn progress_bar(done: usize, total: usize) {
     let width = 30;
-    let filled = (done * width).checked_div(total).unwrap_or(width).min(width);
-    eprint!("\rreplaying [{}{}] {done}/{total}", "#".repeat(filled), "-".repeat(width - filled));
+    let filled = (done * width)
+        .checked_div(total)
+        .unwrap_or(width)
+        .min(width);
+    eprint!(
+        "\rreplaying [{}{}] {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    );
 }
 
 async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {
     match action {
-        PaymentsAction::Expect { provider: p, reference, account, amount, currency } => {
+        PaymentsAction::Expect {
+            provider: p,
+            reference,
+            account,
+            amount,
+            currency,
+        } => {
             let currency = usage("--currency", Currency::parse(&currency))?;
             let expected = ExpectedPayment {
                 provider: provider(&p)?,
@@ -351,15 +423,27 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
                 money: usage("--amount", Money::new(amount, currency))?,
             };
             match store.register(&expected).await? {
-                RegisterOutcome::Created(p) => print_json(&serde_json::json!({"result": "created", "payment": p})),
-                RegisterOutcome::Exists(p) => print_json(&serde_json::json!({"result": "exists", "payment": p})),
+                RegisterOutcome::Created(p) => {
+                    print_json(&serde_json::json!({"result": "created", "payment": p}))
+                }
+                RegisterOutcome::Exists(p) => {
+                    print_json(&serde_json::json!({"result": "exists", "payment": p}))
+                }
                 RegisterOutcome::Mismatch(m, p) => {
-                    print_json(&serde_json::json!({"result": "mismatch", "mismatch": m, "payment": p}))?;
-                    Err(CliError::Other(format!("payment exists with another {}", m.field)))
+                    print_json(
+                        &serde_json::json!({"result": "mismatch", "mismatch": m, "payment": p}),
+                    )?;
+                    Err(CliError::Other(format!(
+                        "payment exists with another {}",
+                        m.field
+                    )))
                 }
             }
         }
-        PaymentsAction::Show { provider: p, reference } => {
+        PaymentsAction::Show {
+            provider: p,
+            reference,
+        } => {
             let provider = provider(&p)?;
             let reference = usage("--reference", Reference::parse(&reference))?;
             print_json(&read::payment(store, provider, &reference).await?)
@@ -370,17 +454,28 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
 /// Who may use the read routes of `payhook serve`: with `--read-api`, bearers of the token (and
 /// no token configured is an error, not an open door); without it, whoever can reach a loopback
 /// address, and nobody when listening on any other.
-pub fn serve_read_access(addr: SocketAddr, read_api: bool, config: &Config) -> Result<ReadAccess, CliError> {
+pub fn serve_read_access(
+    addr: SocketAddr,
+    read_api: bool,
+    config: &Config,
+) -> Result<ReadAccess, CliError> {
     match (read_api, &config.read_token) {
         (true, Some(token)) => Ok(ReadAccess::Token(token.clone())),
-        (true, None) => Err(CliError::Usage("--read-api needs a bearer token in PAYHOOK_READ_TOKEN".into())),
+        (true, None) => Err(CliError::Usage(
+            "--read-api needs a bearer token in PAYHOOK_READ_TOKEN".into(),
+        )),
         (false, _) if addr.ip().is_loopback() => Ok(ReadAccess::Loopback),
         (false, _) => Ok(ReadAccess::Off),
     }
 }
 
 /// Serves the router on `addr` until Ctrl-C or SIGTERM.
-async fn serve(addr: SocketAddr, read_api: bool, config: Config, store: DynamoStore) -> Result<(), CliError> {
+async fn serve(
+    addr: SocketAddr,
+    read_api: bool,
+    config: Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
     let access = serve_read_access(addr, read_api, &config)?;
     let mut app = build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
@@ -399,7 +494,9 @@ async fn shutdown() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
             return;
         }

@@ -80,8 +80,12 @@ pub enum ProviderId {
 }
 
 impl ProviderId {
-    pub const ALL: [ProviderId; 4] =
-        [ProviderId::Generic, ProviderId::Stripe, ProviderId::Paystack, ProviderId::Flutterwave];
+    pub const ALL: [ProviderId; 4] = [
+        ProviderId::Generic,
+        ProviderId::Stripe,
+        ProviderId::Paystack,
+        ProviderId::Flutterwave,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -151,7 +155,13 @@ impl IdempotencyKey {
     pub fn operation(&self) -> Option<Operation> {
         let (_, rest) = self.0.split_once(':')?;
         let (op, _) = rest.split_once(':')?;
-        [Operation::Payment, Operation::Refund, Operation::RefundReversal].into_iter().find(|o| o.as_str() == op)
+        [
+            Operation::Payment,
+            Operation::Refund,
+            Operation::RefundReversal,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == op)
     }
 
     /// For a refund reversal's key, the key of the refund it reverses.
@@ -200,7 +210,10 @@ pub struct StateFacts {
 pub enum EventKind {
     PaymentSucceeded(PaymentFacts),
     /// Move the payment to a state that is not money: PROCESSING or FAILED.
-    PaymentState { facts: StateFacts, to: PaymentStatus },
+    PaymentState {
+        facts: StateFacts,
+        to: PaymentStatus,
+    },
     RefundSucceeded(RefundFacts),
     /// A refund that failed after it succeeded (Stripe `refund.failed`): credit its debit back,
     /// once. A reversal of a refund never applied moves nothing and voids it.
@@ -240,18 +253,26 @@ impl NormalisedEvent {
     /// The key of the money movement, if this event moves money.
     pub fn key(&self) -> Option<IdempotencyKey> {
         match &self.kind {
-            EventKind::PaymentSucceeded(p) => {
-                Some(IdempotencyKey::new(self.provider, Operation::Payment, &p.reference))
-            }
-            EventKind::RefundSucceeded(r) => {
-                Some(IdempotencyKey::new(self.provider, Operation::Refund, &r.refund_reference))
-            }
-            EventKind::RefundReversed(r) => {
-                Some(IdempotencyKey::new(self.provider, Operation::RefundReversal, &r.refund_reference))
-            }
-            EventKind::RefundUnpriced(u) => {
-                Some(IdempotencyKey::new(self.provider, Operation::Refund, &u.refund_reference))
-            }
+            EventKind::PaymentSucceeded(p) => Some(IdempotencyKey::new(
+                self.provider,
+                Operation::Payment,
+                &p.reference,
+            )),
+            EventKind::RefundSucceeded(r) => Some(IdempotencyKey::new(
+                self.provider,
+                Operation::Refund,
+                &r.refund_reference,
+            )),
+            EventKind::RefundReversed(r) => Some(IdempotencyKey::new(
+                self.provider,
+                Operation::RefundReversal,
+                &r.refund_reference,
+            )),
+            EventKind::RefundUnpriced(u) => Some(IdempotencyKey::new(
+                self.provider,
+                Operation::Refund,
+                &u.refund_reference,
+            )),
             EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
@@ -261,7 +282,9 @@ impl NormalisedEvent {
         match &self.kind {
             EventKind::PaymentSucceeded(p) => Some(&p.reference),
             EventKind::PaymentState { facts, .. } => Some(&facts.reference),
-            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => Some(&r.payment_reference),
+            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => {
+                Some(&r.payment_reference)
+            }
             EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
             EventKind::Ignored => None,
         }
@@ -272,7 +295,9 @@ impl NormalisedEvent {
         match &mut self.kind {
             EventKind::PaymentSucceeded(p) => p.reference = reference,
             EventKind::PaymentState { facts, .. } => facts.reference = reference,
-            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => r.payment_reference = reference,
+            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => {
+                r.payment_reference = reference
+            }
             EventKind::RefundUnpriced(u) => u.payment_reference = reference,
             EventKind::Ignored => {}
         }
@@ -287,9 +312,15 @@ mod tests {
     #[test]
     fn identifiers_refuse_separators_and_empties() {
         assert_eq!(Reference::parse(""), Err(TextError::Empty));
-        assert!(Reference::parse("order#17").is_ok(), "providers use # in references");
+        assert!(
+            Reference::parse("order#17").is_ok(),
+            "providers use # in references"
+        );
         assert_eq!(Reference::parse("a\nb"), Err(TextError::BadCharacter));
-        assert_eq!(Reference::parse(&"x".repeat(201)), Err(TextError::TooLong(200)));
+        assert_eq!(
+            Reference::parse(&"x".repeat(201)),
+            Err(TextError::TooLong(200))
+        );
         assert!(Reference::parse("pay_1").is_ok());
     }
 
@@ -301,8 +332,14 @@ mod tests {
         let k = IdempotencyKey::new(ProviderId::Stripe, Operation::Refund, &r);
         assert_eq!(k.as_str(), "stripe:refund:pay_1");
         assert_eq!(k.operation(), Some(Operation::Refund));
-        assert_eq!(IdempotencyKey::from_stored("generic:refund_reversal:re_1".into()).operation(), Some(Operation::RefundReversal));
-        assert_eq!(IdempotencyKey::from_stored("nonsense".into()).operation(), None);
+        assert_eq!(
+            IdempotencyKey::from_stored("generic:refund_reversal:re_1".into()).operation(),
+            Some(Operation::RefundReversal)
+        );
+        assert_eq!(
+            IdempotencyKey::from_stored("nonsense".into()).operation(),
+            None
+        );
         Ok(())
     }
 }
@@ -322,8 +359,18 @@ pub enum ClaimedFacts {
         amount: i64,
         currency: String,
     },
-    Refund { reference: String, payment_reference: String, amount: i64, currency: String },
-    RefundReversal { reference: String, payment_reference: String, amount: i64, currency: String },
+    Refund {
+        reference: String,
+        payment_reference: String,
+        amount: i64,
+        currency: String,
+    },
+    RefundReversal {
+        reference: String,
+        payment_reference: String,
+        amount: i64,
+        currency: String,
+    },
 }
 
 impl ClaimedFacts {
@@ -349,7 +396,9 @@ impl ClaimedFacts {
                 currency: r.money.currency.to_string(),
             }),
             // Priced (and so claimed) only once its payment's currency is known.
-            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => None,
+            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
+                None
+            }
         }
     }
 
@@ -365,25 +414,55 @@ impl ClaimedFacts {
             let c = super::Currency::parse(currency).map_err(|e| e.to_string())?;
             Money::new(amount, c).map_err(|e| e.to_string())
         };
-        let refund = |reference: &str, payment_reference: &str, amount: i64, currency: &str| -> Result<RefundFacts, String> {
+        let refund = |reference: &str,
+                      payment_reference: &str,
+                      amount: i64,
+                      currency: &str|
+         -> Result<RefundFacts, String> {
             Ok(RefundFacts {
                 refund_reference: Reference::parse(reference).map_err(|e| e.to_string())?,
-                payment_reference: Reference::parse(payment_reference).map_err(|e| e.to_string())?,
+                payment_reference: Reference::parse(payment_reference)
+                    .map_err(|e| e.to_string())?,
                 money: money(amount, currency)?,
             })
         };
         Ok(match facts {
-            ClaimedFacts::Payment { reference, account, amount, currency } => EventKind::PaymentSucceeded(PaymentFacts {
+            ClaimedFacts::Payment {
+                reference,
+                account,
+                amount,
+                currency,
+            } => EventKind::PaymentSucceeded(PaymentFacts {
                 reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
-                account: account.as_deref().map(AccountId::parse).transpose().map_err(|e| e.to_string())?,
+                account: account
+                    .as_deref()
+                    .map(AccountId::parse)
+                    .transpose()
+                    .map_err(|e| e.to_string())?,
                 money: money(amount, &currency)?,
             }),
-            ClaimedFacts::Refund { reference, payment_reference, amount, currency } => {
-                EventKind::RefundSucceeded(refund(&reference, &payment_reference, amount, &currency)?)
-            }
-            ClaimedFacts::RefundReversal { reference, payment_reference, amount, currency } => {
-                EventKind::RefundReversed(refund(&reference, &payment_reference, amount, &currency)?)
-            }
+            ClaimedFacts::Refund {
+                reference,
+                payment_reference,
+                amount,
+                currency,
+            } => EventKind::RefundSucceeded(refund(
+                &reference,
+                &payment_reference,
+                amount,
+                &currency,
+            )?),
+            ClaimedFacts::RefundReversal {
+                reference,
+                payment_reference,
+                amount,
+                currency,
+            } => EventKind::RefundReversed(refund(
+                &reference,
+                &payment_reference,
+                amount,
+                &currency,
+            )?),
         })
     }
 }
@@ -398,17 +477,30 @@ mod facts_tests {
         let kind = EventKind::PaymentSucceeded(PaymentFacts {
             reference: Reference::parse("pay_1").map_err(|e| e.to_string())?,
             account: Some(AccountId::parse("wallet_42").map_err(|e| e.to_string())?),
-            money: Money::new(125_000, Currency::parse("NGN").map_err(|e| e.to_string())?).map_err(|e| e.to_string())?,
+            money: Money::new(125_000, Currency::parse("NGN").map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?,
         });
-        let fp = ClaimedFacts::of(&kind).map(|f| f.fingerprint()).ok_or("no facts")?;
-        assert_eq!(fp, r#"{"op":"payment","reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}"#);
+        let fp = ClaimedFacts::of(&kind)
+            .map(|f| f.fingerprint())
+            .ok_or("no facts")?;
+        assert_eq!(
+            fp,
+            r#"{"op":"payment","reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}"#
+        );
         assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
         // Without an account the field is absent, so the fingerprint differs from any account's.
-        let EventKind::PaymentSucceeded(mut p) = kind else { return Err("not a payment".into()) };
+        let EventKind::PaymentSucceeded(mut p) = kind else {
+            return Err("not a payment".into());
+        };
         p.account = None;
         let kind = EventKind::PaymentSucceeded(p);
-        let fp = ClaimedFacts::of(&kind).map(|f| f.fingerprint()).ok_or("no facts")?;
-        assert_eq!(fp, r#"{"op":"payment","reference":"pay_1","amount":125000,"currency":"NGN"}"#);
+        let fp = ClaimedFacts::of(&kind)
+            .map(|f| f.fingerprint())
+            .ok_or("no facts")?;
+        assert_eq!(
+            fp,
+            r#"{"op":"payment","reference":"pay_1","amount":125000,"currency":"NGN"}"#
+        );
         assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
         Ok(())
     }

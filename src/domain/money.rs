@@ -36,26 +36,167 @@ pub struct Currency([u8; 3]);
 /// guilder, beside `ang`). Checked against Stripe's supported-currency list by a test. Codes
 /// absent here are refused: guessing an exponent would credit 100x too much or too little.
 const CURRENCIES: &[(&str, u8)] = &[
-    ("AED", 2), ("AFN", 2), ("ALL", 2), ("AMD", 2), ("ANG", 2), ("AOA", 2), ("ARS", 2), ("AUD", 2),
-    ("AWG", 2), ("AZN", 2), ("BAM", 2), ("BBD", 2), ("BDT", 2), ("BGN", 2), ("BHD", 3), ("BIF", 0),
-    ("BMD", 2), ("BND", 2), ("BOB", 2), ("BRL", 2), ("BSD", 2), ("BTN", 2), ("BWP", 2), ("BYN", 2),
-    ("BZD", 2), ("CAD", 2), ("CDF", 2), ("CHF", 2), ("CLF", 4), ("CLP", 0), ("CNY", 2), ("COP", 2),
-    ("CRC", 2), ("CUP", 2), ("CVE", 2), ("CZK", 2), ("DJF", 0), ("DKK", 2), ("DOP", 2), ("DZD", 2),
-    ("EGP", 2), ("ERN", 2), ("ETB", 2), ("EUR", 2), ("FJD", 2), ("FKP", 2), ("GBP", 2), ("GEL", 2),
-    ("GHS", 2), ("GIP", 2), ("GMD", 2), ("GNF", 0), ("GTQ", 2), ("GYD", 2), ("HKD", 2), ("HNL", 2),
-    ("HTG", 2), ("HUF", 2), ("IDR", 2), ("ILS", 2), ("INR", 2), ("IQD", 3), ("IRR", 2), ("ISK", 0),
-    ("JMD", 2), ("JOD", 3), ("JPY", 0), ("KES", 2), ("KGS", 2), ("KHR", 2), ("KMF", 0), ("KPW", 2),
-    ("KRW", 0), ("KWD", 3), ("KYD", 2), ("KZT", 2), ("LAK", 2), ("LBP", 2), ("LKR", 2), ("LRD", 2),
-    ("LSL", 2), ("LYD", 3), ("MAD", 2), ("MDL", 2), ("MGA", 2), ("MKD", 2), ("MMK", 2), ("MNT", 2),
-    ("MOP", 2), ("MRU", 2), ("MUR", 2), ("MVR", 2), ("MWK", 2), ("MXN", 2), ("MYR", 2), ("MZN", 2),
-    ("NAD", 2), ("NGN", 2), ("NIO", 2), ("NOK", 2), ("NPR", 2), ("NZD", 2), ("OMR", 3), ("PAB", 2),
-    ("PEN", 2), ("PGK", 2), ("PHP", 2), ("PKR", 2), ("PLN", 2), ("PYG", 0), ("QAR", 2), ("RON", 2),
-    ("RSD", 2), ("RUB", 2), ("RWF", 0), ("SAR", 2), ("SBD", 2), ("SCR", 2), ("SDG", 2), ("SEK", 2),
-    ("SGD", 2), ("SHP", 2), ("SLE", 2), ("SLL", 2), ("SOS", 2), ("SRD", 2), ("SSP", 2), ("STD", 2), ("STN", 2), ("SVC", 2),
-    ("SYP", 2), ("SZL", 2), ("THB", 2), ("TJS", 2), ("TMT", 2), ("TND", 3), ("TOP", 2), ("TRY", 2),
-    ("TTD", 2), ("TWD", 2), ("TZS", 2), ("UAH", 2), ("UGX", 0), ("USD", 2), ("UYI", 0), ("UYU", 2),
-    ("UYW", 4), ("UZS", 2), ("VES", 2), ("VND", 0), ("VUV", 0), ("WST", 2), ("XAF", 0), ("XCD", 2),
-    ("XCG", 2), ("XOF", 0), ("XPF", 0), ("YER", 2), ("ZAR", 2), ("ZMW", 2), ("ZWG", 2),
+    ("AED", 2),
+    ("AFN", 2),
+    ("ALL", 2),
+    ("AMD", 2),
+    ("ANG", 2),
+    ("AOA", 2),
+    ("ARS", 2),
+    ("AUD", 2),
+    ("AWG", 2),
+    ("AZN", 2),
+    ("BAM", 2),
+    ("BBD", 2),
+    ("BDT", 2),
+    ("BGN", 2),
+    ("BHD", 3),
+    ("BIF", 0),
+    ("BMD", 2),
+    ("BND", 2),
+    ("BOB", 2),
+    ("BRL", 2),
+    ("BSD", 2),
+    ("BTN", 2),
+    ("BWP", 2),
+    ("BYN", 2),
+    ("BZD", 2),
+    ("CAD", 2),
+    ("CDF", 2),
+    ("CHF", 2),
+    ("CLF", 4),
+    ("CLP", 0),
+    ("CNY", 2),
+    ("COP", 2),
+    ("CRC", 2),
+    ("CUP", 2),
+    ("CVE", 2),
+    ("CZK", 2),
+    ("DJF", 0),
+    ("DKK", 2),
+    ("DOP", 2),
+    ("DZD", 2),
+    ("EGP", 2),
+    ("ERN", 2),
+    ("ETB", 2),
+    ("EUR", 2),
+    ("FJD", 2),
+    ("FKP", 2),
+    ("GBP", 2),
+    ("GEL", 2),
+    ("GHS", 2),
+    ("GIP", 2),
+    ("GMD", 2),
+    ("GNF", 0),
+    ("GTQ", 2),
+    ("GYD", 2),
+    ("HKD", 2),
+    ("HNL", 2),
+    ("HTG", 2),
+    ("HUF", 2),
+    ("IDR", 2),
+    ("ILS", 2),
+    ("INR", 2),
+    ("IQD", 3),
+    ("IRR", 2),
+    ("ISK", 0),
+    ("JMD", 2),
+    ("JOD", 3),
+    ("JPY", 0),
+    ("KES", 2),
+    ("KGS", 2),
+    ("KHR", 2),
+    ("KMF", 0),
+    ("KPW", 2),
+    ("KRW", 0),
+    ("KWD", 3),
+    ("KYD", 2),
+    ("KZT", 2),
+    ("LAK", 2),
+    ("LBP", 2),
+    ("LKR", 2),
+    ("LRD", 2),
+    ("LSL", 2),
+    ("LYD", 3),
+    ("MAD", 2),
+    ("MDL", 2),
+    ("MGA", 2),
+    ("MKD", 2),
+    ("MMK", 2),
+    ("MNT", 2),
+    ("MOP", 2),
+    ("MRU", 2),
+    ("MUR", 2),
+    ("MVR", 2),
+    ("MWK", 2),
+    ("MXN", 2),
+    ("MYR", 2),
+    ("MZN", 2),
+    ("NAD", 2),
+    ("NGN", 2),
+    ("NIO", 2),
+    ("NOK", 2),
+    ("NPR", 2),
+    ("NZD", 2),
+    ("OMR", 3),
+    ("PAB", 2),
+    ("PEN", 2),
+    ("PGK", 2),
+    ("PHP", 2),
+    ("PKR", 2),
+    ("PLN", 2),
+    ("PYG", 0),
+    ("QAR", 2),
+    ("RON", 2),
+    ("RSD", 2),
+    ("RUB", 2),
+    ("RWF", 0),
+    ("SAR", 2),
+    ("SBD", 2),
+    ("SCR", 2),
+    ("SDG", 2),
+    ("SEK", 2),
+    ("SGD", 2),
+    ("SHP", 2),
+    ("SLE", 2),
+    ("SLL", 2),
+    ("SOS", 2),
+    ("SRD", 2),
+    ("SSP", 2),
+    ("STD", 2),
+    ("STN", 2),
+    ("SVC", 2),
+    ("SYP", 2),
+    ("SZL", 2),
+    ("THB", 2),
+    ("TJS", 2),
+    ("TMT", 2),
+    ("TND", 3),
+    ("TOP", 2),
+    ("TRY", 2),
+    ("TTD", 2),
+    ("TWD", 2),
+    ("TZS", 2),
+    ("UAH", 2),
+    ("UGX", 0),
+    ("USD", 2),
+    ("UYI", 0),
+    ("UYU", 2),
+    ("UYW", 4),
+    ("UZS", 2),
+    ("VES", 2),
+    ("VND", 0),
+    ("VUV", 0),
+    ("WST", 2),
+    ("XAF", 0),
+    ("XCD", 2),
+    ("XCG", 2),
+    ("XOF", 0),
+    ("XPF", 0),
+    ("YER", 2),
+    ("ZAR", 2),
+    ("ZMW", 2),
+    ("ZWG", 2),
 ];
 
 impl Currency {
@@ -137,7 +278,10 @@ pub struct Money {
 
 impl Money {
     pub fn new(amount_minor: i64, currency: Currency) -> Result<Self, MoneyError> {
-        Ok(Money { amount: MinorUnits::new(amount_minor)?, currency })
+        Ok(Money {
+            amount: MinorUnits::new(amount_minor)?,
+            currency,
+        })
     }
 
     /// Converts a major-unit decimal string (`"1250.50"`, as Flutterwave sends) to minor units
@@ -163,7 +307,10 @@ impl Money {
         }
         let mut frac: i64 = 0;
         for i in 0..exp {
-            let d = significant.as_bytes().get(i).map_or(0, |b| i64::from(b - b'0'));
+            let d = significant
+                .as_bytes()
+                .get(i)
+                .map_or(0, |b| i64::from(b - b'0'));
             frac = frac * 10 + d;
         }
         let total = minor.checked_add(frac).ok_or(MoneyError::Overflow)?;
@@ -190,8 +337,10 @@ mod tests {
 
     #[test]
     fn every_stripe_currency_is_known() {
-        let missing: Vec<&str> =
-            STRIPE.split(',').filter(|c| Currency::parse(&c.to_ascii_uppercase()).is_err()).collect();
+        let missing: Vec<&str> = STRIPE
+            .split(',')
+            .filter(|c| Currency::parse(&c.to_ascii_uppercase()).is_err())
+            .collect();
         assert!(missing.is_empty(), "unknown Stripe currencies: {missing:?}");
         assert_eq!(Currency::parse("XCG").map(|c| c.exponent()), Ok(2));
         assert_eq!(Currency::parse("STD").map(|c| c.exponent()), Ok(2));
@@ -212,8 +361,14 @@ mod tests {
         assert_eq!(MinorUnits::new(0), Err(MoneyError::NotPositive));
         assert_eq!(MinorUnits::new(-5), Err(MoneyError::NotPositive));
         assert_eq!(MinorUnits::new(1).map(MinorUnits::get), Ok(1));
-        assert_eq!(MinorUnits::new(MAX_AMOUNT_MINOR).map(MinorUnits::get), Ok(MAX_AMOUNT_MINOR));
-        assert_eq!(MinorUnits::new(MAX_AMOUNT_MINOR + 1), Err(MoneyError::AboveMaximum));
+        assert_eq!(
+            MinorUnits::new(MAX_AMOUNT_MINOR).map(MinorUnits::get),
+            Ok(MAX_AMOUNT_MINOR)
+        );
+        assert_eq!(
+            MinorUnits::new(MAX_AMOUNT_MINOR + 1),
+            Err(MoneyError::AboveMaximum)
+        );
         assert_eq!(MinorUnits::new(i64::MAX), Err(MoneyError::AboveMaximum));
     }
 
@@ -222,18 +377,42 @@ mod tests {
         let ngn = Currency::parse("NGN")?;
         let jpy = Currency::parse("JPY")?;
         let kwd = Currency::parse("KWD")?;
-        assert_eq!(Money::from_major_decimal("1250.50", ngn)?.amount.get(), 125_050);
-        assert_eq!(Money::from_major_decimal("1250", ngn)?.amount.get(), 125_000);
+        assert_eq!(
+            Money::from_major_decimal("1250.50", ngn)?.amount.get(),
+            125_050
+        );
+        assert_eq!(
+            Money::from_major_decimal("1250", ngn)?.amount.get(),
+            125_000
+        );
         assert_eq!(Money::from_major_decimal("0.1", ngn)?.amount.get(), 10);
         assert_eq!(Money::from_major_decimal("1.230", ngn)?.amount.get(), 123);
         assert_eq!(Money::from_major_decimal("500", jpy)?.amount.get(), 500);
         assert_eq!(Money::from_major_decimal("1.005", kwd)?.amount.get(), 1005);
-        assert_eq!(Money::from_major_decimal("10.005", ngn), Err(MoneyError::TooPrecise(ngn)));
-        assert_eq!(Money::from_major_decimal("1.5", jpy), Err(MoneyError::TooPrecise(jpy)));
-        assert_eq!(Money::from_major_decimal("-1", ngn), Err(MoneyError::NotDecimal));
-        assert_eq!(Money::from_major_decimal("1e3", ngn), Err(MoneyError::NotDecimal));
-        assert_eq!(Money::from_major_decimal(".5", ngn), Err(MoneyError::NotDecimal));
-        assert_eq!(Money::from_major_decimal("0.00", ngn), Err(MoneyError::NotPositive));
+        assert_eq!(
+            Money::from_major_decimal("10.005", ngn),
+            Err(MoneyError::TooPrecise(ngn))
+        );
+        assert_eq!(
+            Money::from_major_decimal("1.5", jpy),
+            Err(MoneyError::TooPrecise(jpy))
+        );
+        assert_eq!(
+            Money::from_major_decimal("-1", ngn),
+            Err(MoneyError::NotDecimal)
+        );
+        assert_eq!(
+            Money::from_major_decimal("1e3", ngn),
+            Err(MoneyError::NotDecimal)
+        );
+        assert_eq!(
+            Money::from_major_decimal(".5", ngn),
+            Err(MoneyError::NotDecimal)
+        );
+        assert_eq!(
+            Money::from_major_decimal("0.00", ngn),
+            Err(MoneyError::NotPositive)
+        );
         assert_eq!(
             Money::from_major_decimal("99999999999999999999", ngn),
             Err(MoneyError::Overflow)

@@ -64,7 +64,10 @@ impl PaymentStatus {
 
     /// True once money has been received: refunds may apply.
     pub fn is_paid(self) -> bool {
-        matches!(self, PaymentStatus::Paid | PaymentStatus::PartiallyRefunded | PaymentStatus::Refunded)
+        matches!(
+            self,
+            PaymentStatus::Paid | PaymentStatus::PartiallyRefunded | PaymentStatus::Refunded
+        )
     }
 
     /// How far along the happy path a state is; an event whose target is not ahead is stale.
@@ -105,7 +108,10 @@ mod tests {
                 assert!(!to.sources_of().contains(&paid), "{paid} -> {to}");
             }
         }
-        assert!(Paid.sources_of().contains(&Failed), "a success after a failure credits");
+        assert!(
+            Paid.sources_of().contains(&Failed),
+            "a success after a failure credits"
+        );
     }
 
     #[test]

@@ -64,7 +64,10 @@ impl Outcome {
     /// Outcomes someone (reconciliation, an operator) must act on: only these are in the sparse
     /// outcome index, so the bulk of traffic (applied, replayed) writes no entry there.
     pub fn needs_attention(self) -> bool {
-        matches!(self, Outcome::Failed | Outcome::Parked | Outcome::Unassigned | Outcome::Conflict)
+        matches!(
+            self,
+            Outcome::Failed | Outcome::Parked | Outcome::Unassigned | Outcome::Conflict
+        )
     }
 }
 
@@ -103,7 +106,11 @@ pub struct Delivery {
 impl Delivery {
     /// A time-ordered id: 13-digit epoch ms, then randomness, so ids sort by arrival.
     pub fn new_id(received_at_ms: i64) -> String {
-        format!("{:013}-{}", received_at_ms.max(0), uuid::Uuid::new_v4().simple())
+        format!(
+            "{:013}-{}",
+            received_at_ms.max(0),
+            uuid::Uuid::new_v4().simple()
+        )
     }
 }
 
@@ -139,7 +146,12 @@ pub trait EventLog {
     ) -> Result<LogPage, StoreError>;
     /// Up to `limit` deliveries matching `filter` (an outcome or time filter) whose id is after
     /// `after`, oldest first: a backlog walked from a cursor.
-    async fn query_oldest_first(&self, filter: &LogFilter, limit: usize, after: &str) -> Result<Vec<Delivery>, StoreError>;
+    async fn query_oldest_first(
+        &self,
+        filter: &LogFilter,
+        limit: usize,
+        after: &str,
+    ) -> Result<Vec<Delivery>, StoreError>;
     /// Marks `delivery` as re-driven with `outcome`, once (a second mark is a no-op).
     async fn mark_redriven(&self, delivery: &Delivery, outcome: Outcome) -> Result<(), StoreError>;
     /// A named cursor kept between passes (a delivery id), if set.

@@ -20,8 +20,8 @@ use crate::config::MAX_BODY_BYTES;
 use crate::domain::{now_ms, ProviderId};
 use crate::metrics::{self, Disposition, Rejection};
 use crate::pipeline::{Answer, Delivered, Pipeline};
-use crate::store::dynamodb::DynamoStore;
 use crate::providers::Providers;
+use crate::store::dynamodb::DynamoStore;
 
 /// Time kept back from the Lambda deadline when sizing a lease, so our finalize lands before
 /// the runtime kills us and a successor cannot take over while we still write.
@@ -57,7 +57,12 @@ pub fn router(app: Arc<App>) -> Router {
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let body = json!({ "error": code, "message": message.into() });
-    (status, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// The lease for this invocation: inside Lambda, until shortly before its deadline (bounded by
@@ -79,16 +84,31 @@ async fn webhook(
 ) -> Response {
     let received_at_ms = now_ms();
     // Lambda's request id, for every line about this delivery; "-" outside Lambda.
-    let request_id = req.extensions().get::<lambda_http::Context>().map(|c| c.request_id.clone());
+    let request_id = req
+        .extensions()
+        .get::<lambda_http::Context>()
+        .map(|c| c.request_id.clone());
     let rid = request_id.as_deref().unwrap_or("-");
     // No metric for an unknown name: it is caller input, and would become a dimension value.
     let Some(provider_id) = ProviderId::parse(&provider) else {
-        return error(StatusCode::NOT_FOUND, "unknown_provider", format!("no provider named {provider:?}"));
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_provider",
+            format!("no provider named {provider:?}"),
+        );
     };
     let Some(adapter) = app.providers.get(provider_id) else {
         tracing::warn!(request_id = rid, provider = %provider_id, "provider not configured");
-        app.count(provider_id, Disposition::Rejected(Rejection::NotConfigured), request_id.as_deref());
-        return error(StatusCode::SERVICE_UNAVAILABLE, "provider_not_configured", format!("{provider} has no secret configured"));
+        app.count(
+            provider_id,
+            Disposition::Rejected(Rejection::NotConfigured),
+            request_id.as_deref(),
+        );
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "provider_not_configured",
+            format!("{provider} has no secret configured"),
+        );
     };
     let lease = lease_ms(&app, &req, received_at_ms);
     let (parts, body) = req.into_parts();
@@ -100,17 +120,29 @@ async fn webhook(
         .is_some_and(|n| n > MAX_BODY_BYTES)
     {
         tracing::info!(request_id = rid, provider = %provider_id, "body too large");
-        app.count(provider_id, Disposition::Rejected(Rejection::TooLarge), request_id.as_deref());
+        app.count(
+            provider_id,
+            Disposition::Rejected(Rejection::TooLarge),
+            request_id.as_deref(),
+        );
         return too_large();
     }
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
         tracing::info!(request_id = rid, provider = %provider_id, "body too large");
-        app.count(provider_id, Disposition::Rejected(Rejection::TooLarge), request_id.as_deref());
+        app.count(
+            provider_id,
+            Disposition::Rejected(Rejection::TooLarge),
+            request_id.as_deref(),
+        );
         return too_large();
     };
     if let Err(e) = adapter.verify(&parts.headers, &bytes, received_at_ms / 1_000) {
         tracing::info!(request_id = rid, provider = %provider_id, reason = %e, "signature rejected");
-        app.count(provider_id, Disposition::Rejected(Rejection::Signature), request_id.as_deref());
+        app.count(
+            provider_id,
+            Disposition::Rejected(Rejection::Signature),
+            request_id.as_deref(),
+        );
         return error(StatusCode::UNAUTHORIZED, "invalid_signature", e.to_string());
     }
     let event = match adapter.normalise(&bytes) {
@@ -122,7 +154,11 @@ async fn webhook(
                 _ => "body",
             };
             tracing::info!(request_id = rid, provider = %provider_id, field, "payload rejected");
-            app.count(provider_id, Disposition::Rejected(Rejection::Payload), request_id.as_deref());
+            app.count(
+                provider_id,
+                Disposition::Rejected(Rejection::Payload),
+                request_id.as_deref(),
+            );
             return bad_payload(&e);
         }
     };
@@ -145,7 +181,10 @@ async fn webhook(
                 outcome = %answer.outcome, status = answer.status, "delivery"
             );
             // The pipeline does not report takeovers in its answer yet (it logs them).
-            let disposition = Disposition::Processed { outcome: answer.outcome, took_over: answer.took_over };
+            let disposition = Disposition::Processed {
+                outcome: answer.outcome,
+                took_over: answer.took_over,
+            };
             app.count(provider_id, disposition, request_id.as_deref());
             respond(answer)
         }
@@ -154,16 +193,28 @@ async fn webhook(
                 request_id = rid, provider = %provider_id, event_id = %event.event_id, key,
                 outcome = %crate::eventlog::Outcome::Failed, error = ?e, "delivery failed; provider will retry"
             );
-            let disposition = Disposition::Processed { outcome: crate::eventlog::Outcome::Failed, took_over: false };
+            let disposition = Disposition::Processed {
+                outcome: crate::eventlog::Outcome::Failed,
+                took_over: false,
+            };
             app.count(provider_id, disposition, request_id.as_deref());
-            error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "temporarily unable to record this delivery; retry")
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "temporarily unable to record this delivery; retry",
+            )
         }
     }
 }
 
 fn too_large() -> Response {
     let body = json!({ "error": "payload_too_large", "limit_bytes": MAX_BODY_BYTES });
-    (StatusCode::PAYLOAD_TOO_LARGE, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn bad_payload(e: &crate::providers::PayloadError) -> Response {
@@ -173,9 +224,16 @@ fn bad_payload(e: &crate::providers::PayloadError) -> Response {
             json!({ "error": "invalid_field", "field": field, "message": format!("{field} {reason}") })
         }
         PayloadError::Malformed(m) => json!({ "error": "malformed_json", "message": m }),
-        PayloadError::NotUtf8 => json!({ "error": "malformed_json", "message": "body is not UTF-8" }),
+        PayloadError::NotUtf8 => {
+            json!({ "error": "malformed_json", "message": "body is not UTF-8" })
+        }
     };
-    (StatusCode::BAD_REQUEST, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// Sends an answer: the stored body byte for byte, with the replay and retry headers.

@@ -42,7 +42,10 @@ pub struct ClaimRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimState {
-    InProgress { owner: OwnerToken, lease_expires_at_ms: i64 },
+    InProgress {
+        owner: OwnerToken,
+        lease_expires_at_ms: i64,
+    },
     Done(StoredResponse),
 }
 
@@ -68,15 +71,25 @@ pub enum Existing {
     Decided(ClaimOutcome),
     /// The lease expired: try to take over from this owner (the takeover is itself conditioned
     /// on that owner and the expiry, so two takers cannot both win).
-    TakeOver { previous_owner: OwnerToken },
+    TakeOver {
+        previous_owner: OwnerToken,
+    },
 }
 
 /// `mine` is the token our put carried: the SDK retries a put whose reply was lost, and the item
 /// that then fails the condition is our own claim, not a rival's.
-pub fn judge_existing(existing: &ClaimRecord, fingerprint: &str, now_ms: i64, mine: &OwnerToken) -> Existing {
+pub fn judge_existing(
+    existing: &ClaimRecord,
+    fingerprint: &str,
+    now_ms: i64,
+    mine: &OwnerToken,
+) -> Existing {
     if let ClaimState::InProgress { owner, .. } = &existing.state {
         if owner == mine && existing.fingerprint == fingerprint {
-            return Existing::Decided(ClaimOutcome::Claimed { token: mine.clone(), took_over: false });
+            return Existing::Decided(ClaimOutcome::Claimed {
+                token: mine.clone(),
+                took_over: false,
+            });
         }
     }
     if existing.fingerprint != fingerprint {
@@ -87,15 +100,16 @@ pub fn judge_existing(existing: &ClaimRecord, fingerprint: &str, now_ms: i64, mi
     match &existing.state {
         ClaimState::Done(response) => Existing::Decided(ClaimOutcome::Replay(response.clone())),
         // A live lease: the holder may be mid-charge; only time (or its finalize) settles it.
-        ClaimState::InProgress { lease_expires_at_ms, .. } if *lease_expires_at_ms > now_ms => {
-            Existing::Decided(ClaimOutcome::InFlight {
-                retry_after_ms: lease_expires_at_ms - now_ms,
-            })
-        }
+        ClaimState::InProgress {
+            lease_expires_at_ms,
+            ..
+        } if *lease_expires_at_ms > now_ms => Existing::Decided(ClaimOutcome::InFlight {
+            retry_after_ms: lease_expires_at_ms - now_ms,
+        }),
         // Expired: the holder crashed or timed out; its steps are resumable by the key.
-        ClaimState::InProgress { owner, .. } => {
-            Existing::TakeOver { previous_owner: owner.clone() }
-        }
+        ClaimState::InProgress { owner, .. } => Existing::TakeOver {
+            previous_owner: owner.clone(),
+        },
     }
 }
 
@@ -152,35 +166,60 @@ mod tests {
 
     #[test]
     fn done_claims_replay_their_response() {
-        let stored = StoredResponse { status: 200, body: "{}".into() };
+        let stored = StoredResponse {
+            status: 200,
+            body: "{}".into(),
+        };
         let r = record(ClaimState::Done(stored.clone()));
-        assert_eq!(judge_existing(&r, "fp", 0, &other()), Existing::Decided(ClaimOutcome::Replay(stored)));
+        assert_eq!(
+            judge_existing(&r, "fp", 0, &other()),
+            Existing::Decided(ClaimOutcome::Replay(stored))
+        );
     }
 
     #[test]
     fn our_own_claim_found_by_a_retried_put_is_ours() {
         let me = OwnerToken::from_stored("me".into());
-        let r = record(ClaimState::InProgress { owner: me.clone(), lease_expires_at_ms: i64::MAX });
+        let r = record(ClaimState::InProgress {
+            owner: me.clone(),
+            lease_expires_at_ms: i64::MAX,
+        });
         assert_eq!(
             judge_existing(&r, "fp", 0, &me),
-            Existing::Decided(ClaimOutcome::Claimed { token: me, took_over: false })
+            Existing::Decided(ClaimOutcome::Claimed {
+                token: me,
+                took_over: false
+            })
         );
     }
 
     #[test]
     fn live_leases_are_in_flight_and_expired_ones_are_taken_over() {
         let owner = OwnerToken::from_stored("a".into());
-        let r = record(ClaimState::InProgress { owner: owner.clone(), lease_expires_at_ms: 1_000 });
+        let r = record(ClaimState::InProgress {
+            owner: owner.clone(),
+            lease_expires_at_ms: 1_000,
+        });
         assert_eq!(
             judge_existing(&r, "fp", 400, &other()),
-            Existing::Decided(ClaimOutcome::InFlight { retry_after_ms: 600 })
+            Existing::Decided(ClaimOutcome::InFlight {
+                retry_after_ms: 600
+            })
         );
-        assert_eq!(judge_existing(&r, "fp", 1_000, &other()), Existing::TakeOver { previous_owner: owner });
+        assert_eq!(
+            judge_existing(&r, "fp", 1_000, &other()),
+            Existing::TakeOver {
+                previous_owner: owner
+            }
+        );
     }
 
     #[test]
     fn other_money_under_the_same_key_is_a_conflict_in_any_state() {
-        let done = record(ClaimState::Done(StoredResponse { status: 200, body: "{}".into() }));
+        let done = record(ClaimState::Done(StoredResponse {
+            status: 200,
+            body: "{}".into(),
+        }));
         let live = record(ClaimState::InProgress {
             owner: OwnerToken::from_stored("a".into()),
             lease_expires_at_ms: i64::MAX,
@@ -188,7 +227,9 @@ mod tests {
         for r in [done, live] {
             assert_eq!(
                 judge_existing(&r, "other", 0, &other()),
-                Existing::Decided(ClaimOutcome::Conflict { stored_fingerprint: "fp".into() })
+                Existing::Decided(ClaimOutcome::Conflict {
+                    stored_fingerprint: "fp".into()
+                })
             );
         }
     }

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::domain::{
-    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId,
-    Reference, RefundFacts, StateFacts,
+    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
+    RefundFacts, StateFacts,
 };
 use crate::store::StoreError;
 
@@ -62,27 +62,35 @@ pub fn mismatch(
     account: Option<&AccountId>,
     money: Option<&Money>,
 ) -> Option<Mismatch> {
-    let differ = |field: &'static str, stored: Option<String>, received: Option<String>| {
-        match (stored, received) {
-            (Some(s), Some(r)) if s != r => Some(Mismatch { field, stored: s, received: r }),
-            _ => None,
-        }
+    let differ = |field: &'static str, stored: Option<String>, received: Option<String>| match (
+        stored, received,
+    ) {
+        (Some(s), Some(r)) if s != r => Some(Mismatch {
+            field,
+            stored: s,
+            received: r,
+        }),
+        _ => None,
     };
-    differ("account", existing.account.as_ref().map(|a| a.to_string()), account.map(|a| a.to_string()))
-        .or_else(|| {
-            differ(
-                "currency",
-                existing.currency.map(|c| c.to_string()),
-                money.map(|m| m.currency.to_string()),
-            )
-        })
-        .or_else(|| {
-            differ(
-                "amount",
-                existing.amount_minor.map(|a| a.to_string()),
-                money.map(|m| m.amount.get().to_string()),
-            )
-        })
+    differ(
+        "account",
+        existing.account.as_ref().map(|a| a.to_string()),
+        account.map(|a| a.to_string()),
+    )
+    .or_else(|| {
+        differ(
+            "currency",
+            existing.currency.map(|c| c.to_string()),
+            money.map(|m| m.currency.to_string()),
+        )
+    })
+    .or_else(|| {
+        differ(
+            "amount",
+            existing.amount_minor.map(|a| a.to_string()),
+            money.map(|m| m.amount.get().to_string()),
+        )
+    })
 }
 
 /// A payment the merchant expects, registered PENDING before the customer pays.
@@ -132,11 +140,20 @@ pub enum PaidJudgement {
 
 /// Decides a failed PAID transition. `has_default` says a default account was offered for an
 /// event without one.
-pub fn judge_paid(existing: Option<PaymentRecord>, facts: &PaymentFacts, key: &IdempotencyKey, has_default: bool) -> PaidJudgement {
+pub fn judge_paid(
+    existing: Option<PaymentRecord>,
+    facts: &PaymentFacts,
+    key: &IdempotencyKey,
+    has_default: bool,
+) -> PaidJudgement {
     let unassignable = facts.account.is_none() && !has_default;
     let Some(existing) = existing else {
         // Absent, yet the condition failed: only an account-less event fails on an absent item.
-        return if unassignable { PaidJudgement::Decided(PaidOutcome::Unassigned(None)) } else { PaidJudgement::Retry };
+        return if unassignable {
+            PaidJudgement::Decided(PaidOutcome::Unassigned(None))
+        } else {
+            PaidJudgement::Retry
+        };
     };
     if let Some(m) = mismatch(&existing, facts.account.as_ref(), Some(&facts.money)) {
         return PaidJudgement::Decided(PaidOutcome::Mismatch(m, existing));
@@ -151,7 +168,9 @@ pub fn judge_paid(existing: Option<PaymentRecord>, facts: &PaymentFacts, key: &I
     match existing.status {
         PaymentStatus::Failed => PaidJudgement::Recover,
         // PENDING/PROCESSING without an account to credit.
-        _ if unassignable && existing.account.is_none() => PaidJudgement::Decided(PaidOutcome::Unassigned(Some(existing))),
+        _ if unassignable && existing.account.is_none() => {
+            PaidJudgement::Decided(PaidOutcome::Unassigned(Some(existing)))
+        }
         _ => PaidJudgement::Retry,
     }
 }
@@ -205,7 +224,10 @@ pub enum RefundOutcome {
     /// retries.
     NotYetPaid(Option<PaymentRecord>),
     /// Would take the refunded total above the paid amount.
-    Refused { reason: &'static str, payment: PaymentRecord },
+    Refused {
+        reason: &'static str,
+        payment: PaymentRecord,
+    },
     /// The provider already reported this refund failed: it never applies.
     Voided(PaymentRecord),
     Mismatch(Mismatch, PaymentRecord),
@@ -224,9 +246,15 @@ pub enum RefundJudgement {
 
 /// The one refund decision, from the payment as it is now. DynamoDB conditions cannot add, so
 /// the write compares the stored remainder with the refund and this judge picks the target.
-pub fn judge_refund(existing: Option<PaymentRecord>, facts: &RefundFacts, key: &IdempotencyKey) -> RefundJudgement {
+pub fn judge_refund(
+    existing: Option<PaymentRecord>,
+    facts: &RefundFacts,
+    key: &IdempotencyKey,
+) -> RefundJudgement {
     use RefundJudgement::Decided;
-    let Some(e) = existing else { return Decided(RefundOutcome::NotYetPaid(None)) };
+    let Some(e) = existing else {
+        return Decided(RefundOutcome::NotYetPaid(None));
+    };
     if e.refund_keys.iter().any(|k| k == key.as_str()) {
         return Decided(RefundOutcome::AlreadyApplied(e));
     }
@@ -246,7 +274,10 @@ pub fn judge_refund(existing: Option<PaymentRecord>, facts: &RefundFacts, key: &
             match e.amount_minor.unwrap_or(0).checked_sub(e.refunded_minor) {
                 Some(r) if r == amount => RefundJudgement::Aim(PaymentStatus::Refunded),
                 Some(r) if r > amount => RefundJudgement::Aim(PaymentStatus::PartiallyRefunded),
-                _ => Decided(RefundOutcome::Refused { reason: "refund_exceeds_payment", payment: e }),
+                _ => Decided(RefundOutcome::Refused {
+                    reason: "refund_exceeds_payment",
+                    payment: e,
+                }),
             }
         }
     }
@@ -291,12 +322,25 @@ pub enum ReversalJudgement {
 }
 
 /// Decides a reversal of the refund keyed `refund_key` from the payment as it is now.
-pub fn judge_reversal(existing: Option<PaymentRecord>, facts: &RefundFacts, refund_key: &IdempotencyKey) -> ReversalJudgement {
+pub fn judge_reversal(
+    existing: Option<PaymentRecord>,
+    facts: &RefundFacts,
+    refund_key: &IdempotencyKey,
+) -> ReversalJudgement {
     use ReversalJudgement::{Decided, Write};
-    let Some(e) = existing else { return Decided(ReversalOutcome::NotYetPaid) };
+    let Some(e) = existing else {
+        return Decided(ReversalOutcome::NotYetPaid);
+    };
     let applied = e.refund_keys.iter().any(|k| k == refund_key.as_str());
-    if e.reversed_refund_keys.iter().any(|k| k == refund_key.as_str()) {
-        return Decided(if applied { ReversalOutcome::AlreadyApplied(e) } else { ReversalOutcome::Voided(e) });
+    if e.reversed_refund_keys
+        .iter()
+        .any(|k| k == refund_key.as_str())
+    {
+        return Decided(if applied {
+            ReversalOutcome::AlreadyApplied(e)
+        } else {
+            ReversalOutcome::Voided(e)
+        });
     }
     if let Some(m) = currency_mismatch(&e, facts.money.currency) {
         return Decided(ReversalOutcome::Mismatch(m, e));
@@ -311,7 +355,11 @@ pub fn judge_reversal(existing: Option<PaymentRecord>, facts: &RefundFacts, refu
         // Less refunded than this refund's amount, yet the refund is applied: the reversal says
         // another amount than the refund did.
         r => Decided(ReversalOutcome::Mismatch(
-            Mismatch { field: "amount", stored: r.to_string(), received: amount.to_string() },
+            Mismatch {
+                field: "amount",
+                stored: r.to_string(),
+                received: amount.to_string(),
+            },
             e,
         )),
     }
@@ -369,7 +417,10 @@ impl Layout {
     pub const MAX_SHARDS: u32 = 256;
 
     pub fn with_ledger_shards(ledger_shards: u32) -> Self {
-        Layout { ledger_shards, ..Layout::default() }
+        Layout {
+            ledger_shards,
+            ..Layout::default()
+        }
     }
 
     /// The shard for a payment paid for the first time under `key`.
@@ -400,7 +451,10 @@ impl Layout {
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout { ledger_shards: Self::DEFAULT_LEDGER_SHARDS, index_shards: Self::DEFAULT_INDEX_SHARDS }
+        Layout {
+            ledger_shards: Self::DEFAULT_LEDGER_SHARDS,
+            index_shards: Self::DEFAULT_INDEX_SHARDS,
+        }
     }
 }
 
@@ -413,12 +467,16 @@ fn shard_of(key: &IdempotencyKey, shards: u32) -> u32 {
 /// FNV-1a: a stable, dependency-free hash (std's hasher is randomly seeded per process, which
 /// would scatter one key over shards across restarts).
 pub fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The shard a payment's entries go to.
 pub fn shard_of_payment(payment: &PaymentRecord, key: &IdempotencyKey) -> u32 {
-    payment.ledger_shard.unwrap_or_else(|| Layout::legacy_place(key))
+    payment
+        .ledger_shard
+        .unwrap_or_else(|| Layout::legacy_place(key))
 }
 
 /// When the movement under `key` was made, as the payment recorded it in the same write: the
@@ -430,7 +488,9 @@ pub fn movement_time(payment: &PaymentRecord, key: &IdempotencyKey) -> Option<i6
     if payment.paid_key.as_deref() == Some(key.as_str()) {
         return payment.credit_at_ms;
     }
-    let reversal = key.refund_of_reversal().map(|r| format!("refund reversed: {r}"));
+    let reversal = key
+        .refund_of_reversal()
+        .map(|r| format!("refund reversed: {r}"));
     payment
         .history
         .iter()
@@ -456,15 +516,25 @@ pub struct BalanceOverflow {
 }
 
 impl Balance {
-    pub fn from_postings(account: AccountId, postings: &[Posting]) -> Result<Self, BalanceOverflow> {
+    pub fn from_postings(
+        account: AccountId,
+        postings: &[Posting],
+    ) -> Result<Self, BalanceOverflow> {
         let mut balances = BTreeMap::new();
         for p in postings {
             let sum: &mut i64 = balances.entry(p.currency).or_insert(0);
             *sum = sum
                 .checked_add(p.amount_minor)
-                .ok_or_else(|| BalanceOverflow { account: account.clone(), currency: p.currency })?;
+                .ok_or_else(|| BalanceOverflow {
+                    account: account.clone(),
+                    currency: p.currency,
+                })?;
         }
-        Ok(Balance { account, balances, entries: postings.len() as u64 })
+        Ok(Balance {
+            account,
+            balances,
+            entries: postings.len() as u64,
+        })
     }
 }
 
@@ -570,7 +640,11 @@ mod tests {
     }
 
     fn key(op: Operation, r: &str) -> R<IdempotencyKey> {
-        Ok(IdempotencyKey::new(ProviderId::Generic, op, &Reference::parse(r)?))
+        Ok(IdempotencyKey::new(
+            ProviderId::Generic,
+            op,
+            &Reference::parse(r)?,
+        ))
     }
 
     fn paid(key: &str) -> R<(PaymentRecord, PaymentFacts)> {
@@ -590,7 +664,10 @@ mod tests {
         let key = key(Operation::Payment, "pay_1")?;
         let (rec, facts) = paid(key.as_str())?;
         let j = judge_paid(Some(rec), &facts, &key, false);
-        assert!(matches!(j, PaidJudgement::Decided(PaidOutcome::AlreadyApplied(_))), "{j:?}");
+        assert!(
+            matches!(j, PaidJudgement::Decided(PaidOutcome::AlreadyApplied(_))),
+            "{j:?}"
+        );
         Ok(())
     }
 
@@ -612,10 +689,16 @@ mod tests {
         let (mut rec, facts) = paid(key.as_str())?;
         rec.status = PaymentStatus::Failed;
         rec.paid_key = None;
-        assert_eq!(judge_paid(Some(rec.clone()), &facts, &key, false), PaidJudgement::Recover);
+        assert_eq!(
+            judge_paid(Some(rec.clone()), &facts, &key, false),
+            PaidJudgement::Recover
+        );
         rec.status = PaymentStatus::Paid;
         rec.paid_key = Some("generic:payment:other".into());
-        assert!(matches!(judge_paid(Some(rec), &facts, &key, false), PaidJudgement::Decided(PaidOutcome::NotPayable(_))));
+        assert!(matches!(
+            judge_paid(Some(rec), &facts, &key, false),
+            PaidJudgement::Decided(PaidOutcome::NotPayable(_))
+        ));
         Ok(())
     }
 
@@ -626,10 +709,19 @@ mod tests {
         facts.account = None;
         rec.account = None;
         rec.status = PaymentStatus::Pending;
-        assert!(matches!(judge_paid(None, &facts, &key, false), PaidJudgement::Decided(PaidOutcome::Unassigned(None))));
-        assert!(matches!(judge_paid(Some(rec.clone()), &facts, &key, false), PaidJudgement::Decided(PaidOutcome::Unassigned(Some(_)))));
+        assert!(matches!(
+            judge_paid(None, &facts, &key, false),
+            PaidJudgement::Decided(PaidOutcome::Unassigned(None))
+        ));
+        assert!(matches!(
+            judge_paid(Some(rec.clone()), &facts, &key, false),
+            PaidJudgement::Decided(PaidOutcome::Unassigned(Some(_)))
+        ));
         // With a default, the write could not have failed for the account: the item moved, retry.
-        assert_eq!(judge_paid(Some(rec), &facts, &key, true), PaidJudgement::Retry);
+        assert_eq!(
+            judge_paid(Some(rec), &facts, &key, true),
+            PaidJudgement::Retry
+        );
         Ok(())
     }
 
@@ -645,25 +737,46 @@ mod tests {
     fn refunds_wait_for_payment_aim_at_the_remainder_and_never_exceed_it() -> R {
         let key = key(Operation::Refund, "r1")?;
         let facts = refund_facts(10)?;
-        assert!(matches!(judge_refund(None, &facts, &key), RefundJudgement::Decided(RefundOutcome::NotYetPaid(None))));
+        assert!(matches!(
+            judge_refund(None, &facts, &key),
+            RefundJudgement::Decided(RefundOutcome::NotYetPaid(None))
+        ));
         let (mut rec, _) = paid("k")?;
         rec.amount_minor = Some(30);
         rec.status = PaymentStatus::Processing;
-        assert!(matches!(judge_refund(Some(rec.clone()), &facts, &key), RefundJudgement::Decided(RefundOutcome::NotYetPaid(Some(_)))));
+        assert!(matches!(
+            judge_refund(Some(rec.clone()), &facts, &key),
+            RefundJudgement::Decided(RefundOutcome::NotYetPaid(Some(_)))
+        ));
         // PAID with 30 left: a 10 refund is partial; with 10 left it is the whole remainder.
         rec.status = PaymentStatus::Paid;
-        assert_eq!(judge_refund(Some(rec.clone()), &facts, &key), RefundJudgement::Aim(PaymentStatus::PartiallyRefunded));
+        assert_eq!(
+            judge_refund(Some(rec.clone()), &facts, &key),
+            RefundJudgement::Aim(PaymentStatus::PartiallyRefunded)
+        );
         rec.refunded_minor = 20;
-        assert_eq!(judge_refund(Some(rec.clone()), &facts, &key), RefundJudgement::Aim(PaymentStatus::Refunded));
+        assert_eq!(
+            judge_refund(Some(rec.clone()), &facts, &key),
+            RefundJudgement::Aim(PaymentStatus::Refunded)
+        );
         rec.refunded_minor = 25;
         assert!(matches!(
             judge_refund(Some(rec.clone()), &facts, &key),
-            RefundJudgement::Decided(RefundOutcome::Refused { reason: "refund_exceeds_payment", .. })
+            RefundJudgement::Decided(RefundOutcome::Refused {
+                reason: "refund_exceeds_payment",
+                ..
+            })
         ));
         rec.reversed_refund_keys.push(key.to_string());
-        assert!(matches!(judge_refund(Some(rec.clone()), &facts, &key), RefundJudgement::Decided(RefundOutcome::Voided(_))));
+        assert!(matches!(
+            judge_refund(Some(rec.clone()), &facts, &key),
+            RefundJudgement::Decided(RefundOutcome::Voided(_))
+        ));
         rec.refund_keys.push(key.to_string());
-        assert!(matches!(judge_refund(Some(rec), &facts, &key), RefundJudgement::Decided(RefundOutcome::AlreadyApplied(_))));
+        assert!(matches!(
+            judge_refund(Some(rec), &facts, &key),
+            RefundJudgement::Decided(RefundOutcome::AlreadyApplied(_))
+        ));
         Ok(())
     }
 
@@ -673,19 +786,31 @@ mod tests {
         let facts = refund_facts(10)?;
         let (mut rec, _) = paid("k")?;
         rec.amount_minor = Some(30);
-        assert_eq!(judge_reversal(Some(rec.clone()), &facts, &refund_key), ReversalJudgement::Write(ReversalWrite::Void));
+        assert_eq!(
+            judge_reversal(Some(rec.clone()), &facts, &refund_key),
+            ReversalJudgement::Write(ReversalWrite::Void)
+        );
         rec.refund_keys.push(refund_key.to_string());
         rec.refunded_minor = 10;
         rec.status = PaymentStatus::PartiallyRefunded;
-        assert_eq!(judge_reversal(Some(rec.clone()), &facts, &refund_key), ReversalJudgement::Write(ReversalWrite::Restore(PaymentStatus::Paid)));
+        assert_eq!(
+            judge_reversal(Some(rec.clone()), &facts, &refund_key),
+            ReversalJudgement::Write(ReversalWrite::Restore(PaymentStatus::Paid))
+        );
         rec.refunded_minor = 25;
         assert_eq!(
             judge_reversal(Some(rec.clone()), &facts, &refund_key),
             ReversalJudgement::Write(ReversalWrite::Restore(PaymentStatus::PartiallyRefunded))
         );
         rec.reversed_refund_keys.push(refund_key.to_string());
-        assert!(matches!(judge_reversal(Some(rec), &facts, &refund_key), ReversalJudgement::Decided(ReversalOutcome::AlreadyApplied(_))));
-        assert_eq!(judge_reversal(None, &facts, &refund_key), ReversalJudgement::Decided(ReversalOutcome::NotYetPaid));
+        assert!(matches!(
+            judge_reversal(Some(rec), &facts, &refund_key),
+            ReversalJudgement::Decided(ReversalOutcome::AlreadyApplied(_))
+        ));
+        assert_eq!(
+            judge_reversal(None, &facts, &refund_key),
+            ReversalJudgement::Decided(ReversalOutcome::NotYetPaid)
+        );
         Ok(())
     }
 
@@ -705,7 +830,14 @@ mod tests {
     #[test]
     fn balances_sum_signed_entries_per_currency() -> R {
         let acct = AccountId::parse("a")?;
-        let b = Balance::from_postings(acct, &[posting(100, "NGN")?, posting(-30, "NGN")?, posting(5, "USD")?])?;
+        let b = Balance::from_postings(
+            acct,
+            &[
+                posting(100, "NGN")?,
+                posting(-30, "NGN")?,
+                posting(5, "USD")?,
+            ],
+        )?;
         assert_eq!(b.balances.get(&ngn()), Some(&70));
         assert_eq!(b.balances.get(&Currency::parse("USD")?), Some(&5));
         assert_eq!(b.entries, 3);
@@ -726,7 +858,11 @@ mod tests {
         let four = Layout::with_ledger_shards(4);
         let eight = Layout::with_ledger_shards(8);
         assert!(four.place(&k) < 4 && eight.place(&k) < 8);
-        assert_eq!(four.grown_to(Layout::with_ledger_shards(2)).ledger_shards, 4, "never shrinks");
+        assert_eq!(
+            four.grown_to(Layout::with_ledger_shards(2)).ledger_shards,
+            4,
+            "never shrinks"
+        );
         assert_eq!(four.place(&k), Layout::legacy_place(&k));
         // Some key lands elsewhere once the layout grows: why placements are recorded.
         let moved = (0..64).any(|i| {

@@ -22,8 +22,8 @@ use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, StateFacts,
-    UnpricedRefund,
+    AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId,
+    Reference, StateFacts, UnpricedRefund,
 };
 
 /// The HMAC signature header.
@@ -68,7 +68,9 @@ fn secrets(value: Option<&str>) -> Result<Vec<Secret>, SignatureError> {
         .split_whitespace()
         .map(|s| {
             if s.starts_with("FLWPUBK") {
-                return Err(SignatureError::BadSecret("a Flutterwave public key is not a secret".into()));
+                return Err(SignatureError::BadSecret(
+                    "a Flutterwave public key is not a secret".into(),
+                ));
             }
             Secret::new(s.as_bytes().to_vec())
         })
@@ -90,7 +92,12 @@ impl Flutterwave {
         if keys.is_empty() {
             return Err(SignatureError::BadSecret("no secret configured".into()));
         }
-        Ok(Flutterwave { hashes, keys, reference, account_key: account_key.to_owned() })
+        Ok(Flutterwave {
+            hashes,
+            keys,
+            reference,
+            account_key: account_key.to_owned(),
+        })
     }
 
     /// The `flutterwave-signature` value for `body`, with the first key (v4 first).
@@ -101,7 +108,9 @@ impl Flutterwave {
 
     /// The `verif-hash` value a v3 delivery carries (the first v3 hash), for signing tooling.
     pub fn verif_hash(&self) -> Option<String> {
-        self.hashes.first().map(|h| String::from_utf8_lossy(h.bytes()).into_owned())
+        self.hashes
+            .first()
+            .map(|h| String::from_utf8_lossy(h.bytes()).into_owned())
     }
 
     fn verify_hmac(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
@@ -111,7 +120,11 @@ impl Flutterwave {
             .ok()
             .filter(|s| s.len() == 32)
             .ok_or(SignatureError::MalformedHeader(SIGNATURE_HEADER))?;
-        if self.keys.iter().any(|k| ct_eq(&sig, &hmac_sha256(k.bytes(), &[body]))) {
+        if self
+            .keys
+            .iter()
+            .any(|k| ct_eq(&sig, &hmac_sha256(k.bytes(), &[body])))
+        {
             Ok(())
         } else {
             Err(SignatureError::Mismatch)
@@ -154,7 +167,10 @@ impl Provider for Flutterwave {
         let f = Fields::new(&root);
         let event_type = match f.opt_str("event")? {
             Some(e) => e.to_owned(),
-            None => f.str("type").map_err(|_| PayloadError::invalid("event", "is required"))?.to_owned(),
+            None => f
+                .str("type")
+                .map_err(|_| PayloadError::invalid("event", "is required"))?
+                .to_owned(),
         };
         if !matches!(f.get("data"), Some(Value::Object(_))) {
             return Err(PayloadError::invalid("data", "must be an object"));
@@ -167,16 +183,26 @@ impl Provider for Flutterwave {
         };
         let event_id = match f.opt_str("id")? {
             Some(id) => id.to_owned(),
-            None if f.get("data.id").is_some() => format!("{event_type}:{}", id_text(&f, "data.id")?),
+            None if f.get("data.id").is_some() => {
+                format!("{event_type}:{}", id_text(&f, "data.id")?)
+            }
             None => event_type.clone(),
         };
         let transaction_id = transaction_of(&f, &kind)?;
-        Ok(NormalisedEvent { provider: ProviderId::Flutterwave, event_id, event_type, kind, transaction_id })
+        Ok(NormalisedEvent {
+            provider: ProviderId::Flutterwave,
+            event_id,
+            event_type,
+            kind,
+            transaction_id,
+        })
     }
 
     fn api_path(&self, reference: &Reference) -> String {
         match self.reference {
-            ReferenceField::TxRef => format!("/v3/transactions/verify_by_reference?tx_ref={reference}"),
+            ReferenceField::TxRef => {
+                format!("/v3/transactions/verify_by_reference?tx_ref={reference}")
+            }
             ReferenceField::Id => format!("/v3/transactions/{reference}/verify"),
         }
     }
@@ -189,8 +215,12 @@ impl Provider for Flutterwave {
         let text = std::str::from_utf8(body).map_err(|_| PayloadError::NotUtf8)?;
         let f = Fields::new(&root);
         match f.str("data.status")? {
-            "successful" | "succeeded" => super::succeeded(self.charge_completed(&f, text)?, reference),
-            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+            "successful" | "succeeded" => {
+                super::succeeded(self.charge_completed(&f, text)?, reference)
+            }
+            other => Ok(ProviderTruth::NotFinal {
+                status: other.to_owned(),
+            }),
         }
     }
 }
@@ -211,9 +241,17 @@ impl Flutterwave {
             "pending" => PaymentStatus::Processing,
             _ => return Ok(EventKind::Ignored),
         };
-        let money = if f.get("data.amount").is_some() { Some(flutterwave_money(f, text)?) } else { None };
+        let money = if f.get("data.amount").is_some() {
+            Some(flutterwave_money(f, text)?)
+        } else {
+            None
+        };
         Ok(EventKind::PaymentState {
-            facts: StateFacts { reference: self.reference(f)?, account: self.opt_account(f)?, money },
+            facts: StateFacts {
+                reference: self.reference(f)?,
+                account: self.opt_account(f)?,
+                money,
+            },
             to,
         })
     }
@@ -221,7 +259,9 @@ impl Flutterwave {
     fn reference(&self, f: &Fields<'_>) -> Result<Reference, PayloadError> {
         let path = match self.reference {
             ReferenceField::Id => "data.id",
-            ReferenceField::TxRef if f.get("data.tx_ref").is_none() && f.get("data.reference").is_some() => {
+            ReferenceField::TxRef
+                if f.get("data.tx_ref").is_none() && f.get("data.reference").is_some() =>
+            {
                 "data.reference"
             }
             ReferenceField::TxRef => "data.tx_ref",
@@ -239,7 +279,6 @@ impl Flutterwave {
         }
         Ok(None)
     }
-
 }
 
 /// The Flutterwave transaction an event is about: a charge's `data.id`, a refund's charge
@@ -274,9 +313,12 @@ fn refund_completed(f: &Fields<'_>, text: &str) -> Result<EventKind, PayloadErro
     if !matches!(f.get(&amount_path), Some(Value::Number(_))) {
         return Err(PayloadError::invalid(&amount_path, "must be a number"));
     }
-    let amount_major = raw_at(text, &amount).ok_or_else(|| PayloadError::invalid(&amount_path, "is required"))?;
-    let refund_reference = Reference::parse(&id_text(f, "data.id")?).map_err(|e| PayloadError::invalid("data.id", e.to_string()))?;
-    let payment_reference = Reference::parse(&id_text(f, charge)?).map_err(|e| PayloadError::invalid(charge, e.to_string()))?;
+    let amount_major =
+        raw_at(text, &amount).ok_or_else(|| PayloadError::invalid(&amount_path, "is required"))?;
+    let refund_reference = Reference::parse(&id_text(f, "data.id")?)
+        .map_err(|e| PayloadError::invalid("data.id", e.to_string()))?;
+    let payment_reference = Reference::parse(&id_text(f, charge)?)
+        .map_err(|e| PayloadError::invalid(charge, e.to_string()))?;
     Ok(EventKind::RefundUnpriced(UnpricedRefund {
         refund_reference,
         payment_reference,
@@ -290,7 +332,10 @@ fn id_text(f: &Fields<'_>, path: &str) -> Result<String, PayloadError> {
         Some(Value::Number(_)) => Ok(f.int(path)?.to_string()),
         Some(Value::String(s)) => Ok(s.clone()),
         None => Err(PayloadError::invalid(path, "is required")),
-        Some(_) => Err(PayloadError::invalid(path, "must be a string or an integer")),
+        Some(_) => Err(PayloadError::invalid(
+            path,
+            "must be a string or an integer",
+        )),
     }
 }
 
@@ -303,8 +348,10 @@ fn flutterwave_money(f: &Fields<'_>, text: &str) -> Result<Money, PayloadError> 
         return Err(PayloadError::invalid(AMOUNT, "must be a number"));
     }
     let currency = f.currency("data.currency")?;
-    let raw = raw_at(text, &["data", "amount"]).ok_or_else(|| PayloadError::invalid(AMOUNT, "is required"))?;
-    Money::from_major_decimal(raw.trim(), currency).map_err(|e| PayloadError::invalid(AMOUNT, e.to_string()))
+    let raw = raw_at(text, &["data", "amount"])
+        .ok_or_else(|| PayloadError::invalid(AMOUNT, "is required"))?;
+    Money::from_major_decimal(raw.trim(), currency)
+        .map_err(|e| PayloadError::invalid(AMOUNT, e.to_string()))
 }
 
 /// The JSON text of the value at `path`, as written in `text`. serde_json (without
@@ -348,15 +395,34 @@ mod tests {
         let body = SUCCESS.as_bytes();
         let sig = v4.sign(body);
         assert_eq!(sig, STANDARD.encode(hmac_sha256(V4.as_bytes(), &[body])));
-        assert_eq!(v4.verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0), Ok(()));
+        assert_eq!(
+            v4.verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0),
+            Ok(())
+        );
         let tampered = SUCCESS.replace("1250.5", "9250.5");
-        assert_eq!(v4.verify(&headers(&[(SIGNATURE_HEADER, &sig)]), tampered.as_bytes(), 0), Err(SignatureError::Mismatch));
-        assert_eq!(fw(None, Some("other")).verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0), Err(SignatureError::Mismatch));
+        assert_eq!(
+            v4.verify(
+                &headers(&[(SIGNATURE_HEADER, &sig)]),
+                tampered.as_bytes(),
+                0
+            ),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            fw(None, Some("other")).verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0),
+            Err(SignatureError::Mismatch)
+        );
         let rotated = fw(None, Some(&format!("old-secret {V4}")));
-        assert_eq!(rotated.verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0), Ok(()));
+        assert_eq!(
+            rotated.verify(&headers(&[(SIGNATURE_HEADER, &sig)]), body, 0),
+            Ok(())
+        );
         // v3 hashes also key the HMAC (v3 accounts that sign).
         let v3 = fw(Some(V3), None);
-        assert_eq!(v3.verify(&headers(&[(SIGNATURE_HEADER, &v3.sign(body))]), body, 0), Ok(()));
+        assert_eq!(
+            v3.verify(&headers(&[(SIGNATURE_HEADER, &v3.sign(body))]), body, 0),
+            Ok(())
+        );
     }
 
     #[test]
@@ -364,15 +430,33 @@ mod tests {
         let both = fw(Some(V3), Some(V4));
         let body = SUCCESS.as_bytes();
         assert_eq!(both.verify(&headers(&[(HASH_HEADER, V3)]), body, 0), Ok(()));
-        assert_eq!(both.verify(&headers(&[(HASH_HEADER, V4)]), body, 0), Err(SignatureError::Mismatch));
-        assert_eq!(both.verify(&headers(&[(HASH_HEADER, "fw-v3-secret-hash")]), body, 0), Err(SignatureError::Mismatch));
-        assert_eq!(both.verify(&headers(&[(HASH_HEADER, V3), (HASH_HEADER, V3)]), body, 0), Err(SignatureError::RepeatedHeader(HASH_HEADER)));
+        assert_eq!(
+            both.verify(&headers(&[(HASH_HEADER, V4)]), body, 0),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            both.verify(&headers(&[(HASH_HEADER, "fw-v3-secret-hash")]), body, 0),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            both.verify(&headers(&[(HASH_HEADER, V3), (HASH_HEADER, V3)]), body, 0),
+            Err(SignatureError::RepeatedHeader(HASH_HEADER))
+        );
         // A present signature must verify, whatever verif-hash says.
-        let forged = headers(&[(HASH_HEADER, V3), (SIGNATURE_HEADER, &STANDARD.encode([0u8; 32]))]);
+        let forged = headers(&[
+            (HASH_HEADER, V3),
+            (SIGNATURE_HEADER, &STANDARD.encode([0u8; 32])),
+        ]);
         assert_eq!(both.verify(&forged, body, 0), Err(SignatureError::Mismatch));
         let v4_only = fw(None, Some(V4));
-        assert_eq!(v4_only.verify(&headers(&[(HASH_HEADER, V4)]), body, 0), Err(SignatureError::MissingHeader(SIGNATURE_HEADER)));
-        assert_eq!(both.verify(&HeaderMap::new(), body, 0), Err(SignatureError::MissingHeader(SIGNATURE_HEADER)));
+        assert_eq!(
+            v4_only.verify(&headers(&[(HASH_HEADER, V4)]), body, 0),
+            Err(SignatureError::MissingHeader(SIGNATURE_HEADER))
+        );
+        assert_eq!(
+            both.verify(&HeaderMap::new(), body, 0),
+            Err(SignatureError::MissingHeader(SIGNATURE_HEADER))
+        );
     }
 
     #[test]
@@ -381,20 +465,31 @@ mod tests {
         let body = SUCCESS.as_bytes();
         let sig = v4.sign(body);
         assert_eq!(
-            v4.verify(&headers(&[(SIGNATURE_HEADER, &sig), (SIGNATURE_HEADER, &sig)]), body, 0),
+            v4.verify(
+                &headers(&[(SIGNATURE_HEADER, &sig), (SIGNATURE_HEADER, &sig)]),
+                body,
+                0
+            ),
             Err(SignatureError::RepeatedHeader(SIGNATURE_HEADER))
         );
         let short = STANDARD.encode([1u8; 31]);
         let hexed = hex::encode(hmac_sha256(V4.as_bytes(), &[body]));
         for bad in ["", "%%%", "not base64!", short.as_str(), hexed.as_str()] {
-            assert_eq!(v4.verify(&headers(&[(SIGNATURE_HEADER, bad)]), body, 0), Err(SignatureError::MalformedHeader(SIGNATURE_HEADER)), "{bad}");
+            assert_eq!(
+                v4.verify(&headers(&[(SIGNATURE_HEADER, bad)]), body, 0),
+                Err(SignatureError::MalformedHeader(SIGNATURE_HEADER)),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn secrets_are_required_and_public_keys_refused() {
         let bad = |v3: Option<&str>, v4: Option<&str>| {
-            matches!(Flutterwave::from_env_values(v3, v4, ReferenceField::TxRef, "account"), Err(SignatureError::BadSecret(_)))
+            matches!(
+                Flutterwave::from_env_values(v3, v4, ReferenceField::TxRef, "account"),
+                Err(SignatureError::BadSecret(_))
+            )
         };
         assert!(bad(None, None));
         assert!(bad(Some(" "), Some("")));
@@ -405,7 +500,10 @@ mod tests {
     fn money_of(amount: &str, currency: &str) -> Result<i64, PayloadError> {
         let body = SUCCESS
             .replace(r#""amount":1250.5"#, &format!(r#""amount":{amount}"#))
-            .replace(r#""currency":"NGN""#, &format!(r#""currency":"{currency}""#));
+            .replace(
+                r#""currency":"NGN""#,
+                &format!(r#""currency":"{currency}""#),
+            );
         match fw(Some(V3), None).normalise(body.as_bytes())?.kind {
             EventKind::PaymentSucceeded(p) => Ok(p.money.amount.get()),
             other => panic!("{other:?}"),
@@ -418,13 +516,27 @@ mod tests {
         assert_eq!(money_of("1250.50", "NGN").unwrap(), 125_050);
         assert_eq!(money_of("1250", "NGN").unwrap(), 125_000);
         assert_eq!(money_of("0.01", "NGN").unwrap(), 1);
-        assert_eq!(money_of("0.1", "USD").unwrap(), 10, "0.1 is exact here, unlike in a float");
+        assert_eq!(
+            money_of("0.1", "USD").unwrap(),
+            10,
+            "0.1 is exact here, unlike in a float"
+        );
         assert_eq!(money_of("500", "UGX").unwrap(), 500);
         assert_eq!(money_of("500.000", "XAF").unwrap(), 500);
         assert_eq!(money_of("1.005", "KWD").unwrap(), 1005);
-        assert_eq!(money_of("10000000000000", "NGN").unwrap(), 1_000_000_000_000_000, "the maximum amount");
-        assert!(money_of("10000000000000.01", "NGN").is_err(), "above the maximum amount");
-        assert!(money_of("92233720368547758.07", "NGN").is_err(), "i64::MAX minor units is above the maximum");
+        assert_eq!(
+            money_of("10000000000000", "NGN").unwrap(),
+            1_000_000_000_000_000,
+            "the maximum amount"
+        );
+        assert!(
+            money_of("10000000000000.01", "NGN").is_err(),
+            "above the maximum amount"
+        );
+        assert!(
+            money_of("92233720368547758.07", "NGN").is_err(),
+            "i64::MAX minor units is above the maximum"
+        );
         for (amount, currency, field) in [
             ("10.005", "NGN", "data.amount"),
             ("1.5", "UGX", "data.amount"),
@@ -441,7 +553,9 @@ mod tests {
             ("1250.5", "XQQ", "data.currency"),
         ] {
             match money_of(amount, currency) {
-                Err(PayloadError::Invalid { field: f, .. }) => assert_eq!(f, field, "{amount} {currency}"),
+                Err(PayloadError::Invalid { field: f, .. }) => {
+                    assert_eq!(f, field, "{amount} {currency}")
+                }
                 other => panic!("{amount} {currency}: {other:?}"),
             }
         }
@@ -451,27 +565,63 @@ mod tests {
     fn maps_statuses_references_and_accounts() {
         let f3 = fw(Some(V3), None);
         let ev = f3.normalise(SUCCESS.as_bytes()).unwrap();
-        assert_eq!(ev.key().unwrap().as_str(), "flutterwave:payment:fw-order-1001");
+        assert_eq!(
+            ev.key().unwrap().as_str(),
+            "flutterwave:payment:fw-order-1001"
+        );
         assert_eq!(ev.event_id, "charge.completed:285959875");
-        let failed = f3.normalise(SUCCESS.replace("successful", "failed").as_bytes()).unwrap();
+        let failed = f3
+            .normalise(SUCCESS.replace("successful", "failed").as_bytes())
+            .unwrap();
         match failed.kind {
-            EventKind::PaymentState { to: PaymentStatus::Failed, facts } => {
+            EventKind::PaymentState {
+                to: PaymentStatus::Failed,
+                facts,
+            } => {
                 assert_eq!(facts.reference.as_str(), "fw-order-1001");
                 assert_eq!(facts.money.map(|m| m.amount.get()), Some(125_050));
-                assert_eq!(facts.account.map(|a| a.as_str().to_owned()).as_deref(), Some("wallet_42"));
+                assert_eq!(
+                    facts.account.map(|a| a.as_str().to_owned()).as_deref(),
+                    Some("wallet_42")
+                );
             }
             other => panic!("{other:?}"),
         }
-        let pending = f3.normalise(SUCCESS.replace("successful", "pending").as_bytes()).unwrap();
-        assert!(matches!(pending.kind, EventKind::PaymentState { to: PaymentStatus::Processing, .. }));
-        let odd = f3.normalise(SUCCESS.replace("successful", "reversed").as_bytes()).unwrap();
+        let pending = f3
+            .normalise(SUCCESS.replace("successful", "pending").as_bytes())
+            .unwrap();
+        assert!(matches!(
+            pending.kind,
+            EventKind::PaymentState {
+                to: PaymentStatus::Processing,
+                ..
+            }
+        ));
+        let odd = f3
+            .normalise(SUCCESS.replace("successful", "reversed").as_bytes())
+            .unwrap();
         assert_eq!(odd.kind, EventKind::Ignored);
-        let other = f3.normalise(SUCCESS.replace("charge.completed", "transfer.completed").as_bytes()).unwrap();
+        let other = f3
+            .normalise(
+                SUCCESS
+                    .replace("charge.completed", "transfer.completed")
+                    .as_bytes(),
+            )
+            .unwrap();
         assert_eq!(other.kind, EventKind::Ignored);
 
-        let by_id = Flutterwave::from_env_values(Some(V3), None, ReferenceField::Id, "wallet").unwrap();
+        let by_id =
+            Flutterwave::from_env_values(Some(V3), None, ReferenceField::Id, "wallet").unwrap();
         let body = SUCCESS.replace(r#""meta_data":{"account""#, r#""meta_data":{"wallet""#);
-        assert_eq!(by_id.normalise(body.as_bytes()).unwrap().key().unwrap().as_str(), "flutterwave:payment:285959875");
+        assert_eq!(
+            by_id
+                .normalise(body.as_bytes())
+                .unwrap()
+                .key()
+                .unwrap()
+                .as_str(),
+            "flutterwave:payment:285959875"
+        );
         // No account under the configured key: no account (credited to the registered or
         // default account, else acknowledged as unassigned), not a 400.
         match f3.normalise(body.as_bytes()).unwrap().kind {
@@ -483,23 +633,45 @@ mod tests {
     #[test]
     fn charges_carry_their_transaction_and_refunds_name_their_charge() {
         let f3 = fw(Some(V3), None);
-        assert_eq!(f3.normalise(SUCCESS.as_bytes()).unwrap().transaction_id.as_deref(), Some("285959875"));
+        assert_eq!(
+            f3.normalise(SUCCESS.as_bytes())
+                .unwrap()
+                .transaction_id
+                .as_deref(),
+            Some("285959875")
+        );
         let v4 = r#"{"type":"refund.completed","data":{"id":"rf_1","amount_refunded":10.5,"status":"succeeded","charge_id":"chg_9","meta":{}}}"#;
         let ev = fw(None, Some(V4)).normalise(v4.as_bytes()).unwrap();
         assert_eq!(ev.transaction_id.as_deref(), Some("chg_9"));
         match ev.kind {
             EventKind::RefundUnpriced(u) => {
-                assert_eq!((u.refund_reference.as_str(), u.payment_reference.as_str(), u.amount_major.as_str()), ("rf_1", "chg_9", "10.5"));
+                assert_eq!(
+                    (
+                        u.refund_reference.as_str(),
+                        u.payment_reference.as_str(),
+                        u.amount_major.as_str()
+                    ),
+                    ("rf_1", "chg_9", "10.5")
+                );
             }
             other => panic!("{other:?}"),
         }
         let v3 = r#"{"event":"refund.completed","data":{"id":7001,"AmountRefunded":500,"status":"completed","TransactionId":285959875}}"#;
         match f3.normalise(v3.as_bytes()).unwrap().kind {
-            EventKind::RefundUnpriced(u) => assert_eq!((u.payment_reference.as_str(), u.amount_major.as_str()), ("285959875", "500")),
+            EventKind::RefundUnpriced(u) => assert_eq!(
+                (u.payment_reference.as_str(), u.amount_major.as_str()),
+                ("285959875", "500")
+            ),
             other => panic!("{other:?}"),
         }
         let pending = v4.replace(r#""status":"succeeded""#, r#""status":"pending""#);
-        assert_eq!(fw(None, Some(V4)).normalise(pending.as_bytes()).unwrap().kind, EventKind::Ignored);
+        assert_eq!(
+            fw(None, Some(V4))
+                .normalise(pending.as_bytes())
+                .unwrap()
+                .kind,
+            EventKind::Ignored
+        );
     }
 
     #[test]
@@ -509,25 +681,43 @@ mod tests {
         let verify = r#"{"status":"success","message":"Transaction fetched successfully","data":{"id":285959875,"tx_ref":"fw-order-1001","amount":1250.5,"currency":"NGN","status":"successful","meta":{"account":"wallet_42"}}}"#;
         match f3.read_api(&r, verify.as_bytes()).unwrap() {
             ProviderTruth::Succeeded(p) => {
-                assert_eq!((p.money.amount.get(), p.reference.as_str()), (125_050, "fw-order-1001"), "exact decimal, as webhooks");
+                assert_eq!(
+                    (p.money.amount.get(), p.reference.as_str()),
+                    (125_050, "fw-order-1001"),
+                    "exact decimal, as webhooks"
+                );
                 assert_eq!(p.account.as_ref().map(|a| a.as_str()), Some("wallet_42"));
             }
             other => panic!("{other:?}"),
         }
         // A failed attempt is not final: the checkout may be retried under the same tx_ref.
         let failed = verify.replace(r#""status":"successful""#, r#""status":"failed""#);
-        assert_eq!(f3.read_api(&r, failed.as_bytes()).unwrap(), ProviderTruth::NotFinal { status: "failed".into() });
-        assert_eq!(f3.api_path(&r), "/v3/transactions/verify_by_reference?tx_ref=fw-order-1001");
+        assert_eq!(
+            f3.read_api(&r, failed.as_bytes()).unwrap(),
+            ProviderTruth::NotFinal {
+                status: "failed".into()
+            }
+        );
+        assert_eq!(
+            f3.api_path(&r),
+            "/v3/transactions/verify_by_reference?tx_ref=fw-order-1001"
+        );
     }
 
     #[test]
     fn maps_the_v4_shape() {
         let v4 = r#"{"type":"charge.completed","data":{"id":"chg_e1f3a2b1","amount":20.75,"currency":"USD","status":"succeeded","reference":"order_2026_001","meta":{"account":"wallet_42"}}}"#;
         let ev = fw(None, Some(V4)).normalise(v4.as_bytes()).unwrap();
-        assert_eq!(ev.key().unwrap().as_str(), "flutterwave:payment:order_2026_001");
+        assert_eq!(
+            ev.key().unwrap().as_str(),
+            "flutterwave:payment:order_2026_001"
+        );
         assert_eq!(ev.event_id, "charge.completed:chg_e1f3a2b1");
         match ev.kind {
-            EventKind::PaymentSucceeded(p) => assert_eq!((p.money.amount.get(), p.money.currency.as_str()), (2075, "USD")),
+            EventKind::PaymentSucceeded(p) => assert_eq!(
+                (p.money.amount.get(), p.money.currency.as_str()),
+                (2075, "USD")
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -538,6 +728,9 @@ mod tests {
         assert_eq!(raw_at(text, &["data", "amount"]), Some("1250.50"));
         assert_eq!(raw_at(text, &["amount"]), Some("3"));
         assert_eq!(raw_at(text, &["data", "x", "0"]), None);
-        assert_eq!(raw_at(r#"{"d\u0061ta":{"amount":7}}"#, &["data", "amount"]), Some("7"));
+        assert_eq!(
+            raw_at(r#"{"d\u0061ta":{"amount":7}}"#, &["data", "amount"]),
+            Some("7")
+        );
     }
 }

@@ -10,7 +10,8 @@ use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
+    EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts,
+    StateFacts,
 };
 
 /// Verifies Standard Webhooks signatures with any of several secrets (rotation).
@@ -38,14 +39,24 @@ impl StandardWebhooks {
         if secrets.is_empty() {
             return Err(SignatureError::BadSecret("no secret configured".into()));
         }
-        Ok(StandardWebhooks { secrets, tolerance_s })
+        Ok(StandardWebhooks {
+            secrets,
+            tolerance_s,
+        })
     }
 
-    pub fn verify(&self, headers: &HeaderMap, body: &[u8], now_s: i64) -> Result<(), SignatureError> {
+    pub fn verify(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now_s: i64,
+    ) -> Result<(), SignatureError> {
         let id = single_header(headers, "webhook-id")?;
         let ts_text = single_header(headers, "webhook-timestamp")?;
         let sigs = single_header(headers, "webhook-signature")?;
-        let ts: i64 = ts_text.parse().map_err(|_| SignatureError::MalformedHeader("webhook-timestamp"))?;
+        let ts: i64 = ts_text
+            .parse()
+            .map_err(|_| SignatureError::MalformedHeader("webhook-timestamp"))?;
         check_timestamp(ts, now_s, self.tolerance_s)?;
         let candidates: Vec<Vec<u8>> = sigs
             .split(' ')
@@ -56,7 +67,10 @@ impl StandardWebhooks {
             return Err(SignatureError::MalformedHeader("webhook-signature"));
         }
         for secret in &self.secrets {
-            let expected = hmac_sha256(secret.bytes(), &[id.as_bytes(), b".", ts_text.as_bytes(), b".", body]);
+            let expected = hmac_sha256(
+                secret.bytes(),
+                &[id.as_bytes(), b".", ts_text.as_bytes(), b".", body],
+            );
             if candidates.iter().any(|c| ct_eq(c, &expected)) {
                 return Ok(());
             }
@@ -68,7 +82,10 @@ impl StandardWebhooks {
     /// Used by `payhook sign`, the demo and tests.
     pub fn sign(&self, id: &str, ts_s: i64, body: &[u8]) -> String {
         let key = self.secrets.first().map(Secret::bytes).unwrap_or_default();
-        let mac = hmac_sha256(key, &[id.as_bytes(), b".", ts_s.to_string().as_bytes(), b".", body]);
+        let mac = hmac_sha256(
+            key,
+            &[id.as_bytes(), b".", ts_s.to_string().as_bytes(), b".", body],
+        );
         format!("v1,{}", STANDARD.encode(mac))
     }
 }
@@ -109,7 +126,13 @@ impl Provider for Generic {
             // Anything else is acknowledged and logged, so the provider stops retrying it.
             _ => EventKind::Ignored,
         };
-        Ok(NormalisedEvent { provider: ProviderId::Generic, event_id, event_type, kind, transaction_id: None })
+        Ok(NormalisedEvent {
+            provider: ProviderId::Generic,
+            event_id,
+            event_type,
+            kind,
+            transaction_id: None,
+        })
     }
 
     fn api_path(&self, reference: &Reference) -> String {
@@ -127,8 +150,12 @@ impl Provider for Generic {
                 account: f.opt_account("account")?,
                 money: f.money("amount", "currency")?,
             })),
-            "canceled" => Ok(ProviderTruth::Failed { status: "canceled".into() }),
-            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+            "canceled" => Ok(ProviderTruth::Failed {
+                status: "canceled".into(),
+            }),
+            other => Ok(ProviderTruth::NotFinal {
+                status: other.to_owned(),
+            }),
         }
     }
 }
@@ -162,7 +189,11 @@ mod tests {
 
     fn headers(id: &str, ts: i64, sig: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        for (k, v) in [("webhook-id", id.to_owned()), ("webhook-timestamp", ts.to_string()), ("webhook-signature", sig.to_owned())] {
+        for (k, v) in [
+            ("webhook-id", id.to_owned()),
+            ("webhook-timestamp", ts.to_string()),
+            ("webhook-signature", sig.to_owned()),
+        ] {
             if let Ok(v) = HeaderValue::from_str(&v) {
                 h.insert(k, v);
             }
@@ -181,24 +212,37 @@ mod tests {
     }
 
     #[test]
-    fn verifies_valid_and_rejects_tampered_wrong_secret_stale_and_future() -> Result<(), SignatureError> {
+    fn verifies_valid_and_rejects_tampered_wrong_secret_stale_and_future(
+    ) -> Result<(), SignatureError> {
         let s = StandardWebhooks::from_env_value(SECRET, 300)?;
         let now = 1_764_670_000;
         let sig = s.sign("evt_1", now, BODY);
         assert_eq!(s.verify(&headers("evt_1", now, &sig), BODY, now), Ok(()));
         let tampered = String::from_utf8_lossy(BODY).replace("125000", "925000");
-        assert_eq!(s.verify(&headers("evt_1", now, &sig), tampered.as_bytes(), now), Err(SignatureError::Mismatch));
+        assert_eq!(
+            s.verify(&headers("evt_1", now, &sig), tampered.as_bytes(), now),
+            Err(SignatureError::Mismatch)
+        );
         let other = StandardWebhooks::from_env_value("whsec_c2Vjb25k", 300)?;
         // Padding is optional: the same key with and without it verifies the same signature.
         let padded = StandardWebhooks::from_env_value("whsec_c2Vjb25kMQ==", 300)?;
         let unpadded = StandardWebhooks::from_env_value("whsec_c2Vjb25kMQ", 300)?;
         assert_eq!(padded.sign("m", 5, b"x"), unpadded.sign("m", 5, b"x"));
         assert!(StandardWebhooks::from_env_value("whsec_c2Vj!!", 300).is_err());
-        assert_eq!(other.verify(&headers("evt_1", now, &sig), BODY, now), Err(SignatureError::Mismatch));
+        assert_eq!(
+            other.verify(&headers("evt_1", now, &sig), BODY, now),
+            Err(SignatureError::Mismatch)
+        );
         let old = s.sign("evt_1", now - 301, BODY);
-        assert_eq!(s.verify(&headers("evt_1", now - 301, &old), BODY, now), Err(SignatureError::Stale));
+        assert_eq!(
+            s.verify(&headers("evt_1", now - 301, &old), BODY, now),
+            Err(SignatureError::Stale)
+        );
         let future = s.sign("evt_1", now + 301, BODY);
-        assert_eq!(s.verify(&headers("evt_1", now + 301, &future), BODY, now), Err(SignatureError::Future));
+        assert_eq!(
+            s.verify(&headers("evt_1", now + 301, &future), BODY, now),
+            Err(SignatureError::Future)
+        );
         Ok(())
     }
 
@@ -211,15 +255,30 @@ mod tests {
         let sig = new.sign("evt_1", now, BODY);
         assert_eq!(both.verify(&headers("evt_1", now, &sig), BODY, now), Ok(()));
         let list = format!("v1,AAAA {} v1a,ignored", sig);
-        assert_eq!(both.verify(&headers("evt_1", now, &list), BODY, now), Ok(()));
-        assert_eq!(old.verify(&headers("evt_1", now, &sig), BODY, now), Err(SignatureError::Mismatch));
+        assert_eq!(
+            both.verify(&headers("evt_1", now, &list), BODY, now),
+            Ok(())
+        );
+        assert_eq!(
+            old.verify(&headers("evt_1", now, &sig), BODY, now),
+            Err(SignatureError::Mismatch)
+        );
         Ok(())
     }
 
     #[test]
     fn maps_the_contract_payload() -> Result<(), PayloadError> {
-        let ev = Generic { scheme: StandardWebhooks { secrets: Vec::new(), tolerance_s: 300 } }.normalise(BODY)?;
-        assert_eq!(ev.key().map(|k| k.to_string()).as_deref(), Some("generic:payment:pay_1"));
+        let ev = Generic {
+            scheme: StandardWebhooks {
+                secrets: Vec::new(),
+                tolerance_s: 300,
+            },
+        }
+        .normalise(BODY)?;
+        assert_eq!(
+            ev.key().map(|k| k.to_string()).as_deref(),
+            Some("generic:payment:pay_1")
+        );
         match ev.kind {
             EventKind::PaymentSucceeded(p) => {
                 assert_eq!(p.money.amount.get(), 125_000);
@@ -233,14 +292,37 @@ mod tests {
 
     #[test]
     fn bad_fields_are_named() {
-        let g = Generic { scheme: StandardWebhooks { secrets: Vec::new(), tolerance_s: 300 } };
+        let g = Generic {
+            scheme: StandardWebhooks {
+                secrets: Vec::new(),
+                tolerance_s: 300,
+            },
+        };
         let cases = [
-            (r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":1.5,"currency":"NGN"}}"#, "data.amount"),
-            (r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":0,"currency":"NGN"}}"#, "data.amount"),
-            (r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":-4,"currency":"NGN"}}"#, "data.amount"),
-            (r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":"5","currency":"NGN"}}"#, "data.amount"),
-            (r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":5,"currency":"XXQ"}}"#, "data.currency"),
-            (r#"{"id":"e","type":"payment.succeeded","data":{"account":"a","amount":5,"currency":"NGN"}}"#, "data.reference"),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":1.5,"currency":"NGN"}}"#,
+                "data.amount",
+            ),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":0,"currency":"NGN"}}"#,
+                "data.amount",
+            ),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":-4,"currency":"NGN"}}"#,
+                "data.amount",
+            ),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":"5","currency":"NGN"}}"#,
+                "data.amount",
+            ),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"reference":"p","account":"a","amount":5,"currency":"XXQ"}}"#,
+                "data.currency",
+            ),
+            (
+                r#"{"id":"e","type":"payment.succeeded","data":{"account":"a","amount":5,"currency":"NGN"}}"#,
+                "data.reference",
+            ),
             (r#"{"type":"payment.succeeded","data":{}}"#, "id"),
         ];
         for (body, field) in cases {

@@ -13,8 +13,11 @@ use crate::domain::{AccountId, Currency, Money, Reference};
 pub fn parse_strict(body: &[u8]) -> Result<Value, PayloadError> {
     let text = std::str::from_utf8(body).map_err(|_| PayloadError::NotUtf8)?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = StrictSeed.deserialize(&mut de).map_err(|e| PayloadError::Malformed(e.to_string()))?;
-    de.end().map_err(|e| PayloadError::Malformed(e.to_string()))?;
+    let value = StrictSeed
+        .deserialize(&mut de)
+        .map_err(|e| PayloadError::Malformed(e.to_string()))?;
+    de.end()
+        .map_err(|e| PayloadError::Malformed(e.to_string()))?;
     Ok(value)
 }
 
@@ -96,7 +99,9 @@ impl<'a> Fields<'a> {
 
     /// The value at `path` (`"data.amount"`), `None` if absent or null.
     pub fn get(&self, path: &str) -> Option<&'a Value> {
-        path.split('.').try_fold(self.root, |v, part| v.get(part)).filter(|v| !v.is_null())
+        path.split('.')
+            .try_fold(self.root, |v, part| v.get(part))
+            .filter(|v| !v.is_null())
     }
 
     pub fn opt_str(&self, path: &str) -> Result<Option<&'a str>, PayloadError> {
@@ -108,22 +113,24 @@ impl<'a> Fields<'a> {
     }
 
     pub fn str(&self, path: &str) -> Result<&'a str, PayloadError> {
-        self.opt_str(path)?.ok_or_else(|| PayloadError::invalid(path, "is required"))
+        self.opt_str(path)?
+            .ok_or_else(|| PayloadError::invalid(path, "is required"))
     }
 
     /// An integer that fits i64; fractions, exponents and bigger numbers are refused.
     pub fn opt_int(&self, path: &str) -> Result<Option<i64>, PayloadError> {
         match self.get(path) {
             None => Ok(None),
-            Some(Value::Number(n)) => {
-                n.as_i64().map(Some).ok_or_else(|| PayloadError::invalid(path, "must be an integer that fits in 64 bits"))
-            }
+            Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
+                PayloadError::invalid(path, "must be an integer that fits in 64 bits")
+            }),
             Some(_) => Err(PayloadError::invalid(path, "must be an integer")),
         }
     }
 
     pub fn int(&self, path: &str) -> Result<i64, PayloadError> {
-        self.opt_int(path)?.ok_or_else(|| PayloadError::invalid(path, "is required"))
+        self.opt_int(path)?
+            .ok_or_else(|| PayloadError::invalid(path, "is required"))
     }
 
     pub fn reference(&self, path: &str) -> Result<Reference, PayloadError> {
@@ -152,7 +159,11 @@ impl<'a> Fields<'a> {
     }
 
     /// Money when the amount is present, for state-only events where it is optional.
-    pub fn opt_money(&self, amount_path: &str, currency_path: &str) -> Result<Option<Money>, PayloadError> {
+    pub fn opt_money(
+        &self,
+        amount_path: &str,
+        currency_path: &str,
+    ) -> Result<Option<Money>, PayloadError> {
         if self.get(amount_path).is_none() && self.get(currency_path).is_none() {
             return Ok(None);
         }
@@ -166,10 +177,22 @@ mod tests {
 
     #[test]
     fn duplicate_keys_and_trailing_data_are_refused() {
-        assert!(matches!(parse_strict(br#"{"a":1,"a":2}"#), Err(PayloadError::Malformed(_))));
-        assert!(matches!(parse_strict(br#"{"a":{"b":1,"b":1}}"#), Err(PayloadError::Malformed(_))));
-        assert!(matches!(parse_strict(br#"{"a":1} x"#), Err(PayloadError::Malformed(_))));
-        assert!(matches!(parse_strict(b"\xff\xfe"), Err(PayloadError::NotUtf8)));
+        assert!(matches!(
+            parse_strict(br#"{"a":1,"a":2}"#),
+            Err(PayloadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_strict(br#"{"a":{"b":1,"b":1}}"#),
+            Err(PayloadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_strict(br#"{"a":1} x"#),
+            Err(PayloadError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_strict(b"\xff\xfe"),
+            Err(PayloadError::NotUtf8)
+        ));
         assert!(parse_strict(br#"{"a":[1,{"b":2}]}"#).is_ok());
     }
 
@@ -181,7 +204,9 @@ mod tests {
             assert!(f.int(path).is_err(), "{path} should be refused");
         }
         assert_eq!(f.int("e")?, 42);
-        assert!(matches!(f.int("missing"), Err(PayloadError::Invalid { ref field, .. }) if field == "missing"));
+        assert!(
+            matches!(f.int("missing"), Err(PayloadError::Invalid { ref field, .. }) if field == "missing")
+        );
         Ok(())
     }
 }

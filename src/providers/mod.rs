@@ -44,7 +44,10 @@ pub enum PayloadError {
 
 impl PayloadError {
     pub fn invalid(field: &str, reason: impl Into<String>) -> Self {
-        PayloadError::Invalid { field: field.to_owned(), reason: reason.into() }
+        PayloadError::Invalid {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -73,32 +76,47 @@ pub enum ProviderTruth {
     /// Paid: the facts its webhook would carry (account `None` if it names none).
     Succeeded(PaymentFacts),
     /// Not final (pending, abandoned, a failed attempt that may still be retried): ask again.
-    NotFinal { status: String },
+    NotFinal {
+        status: String,
+    },
     /// A status the provider documents as final without payment (Stripe `canceled`).
-    Failed { status: String },
+    Failed {
+        status: String,
+    },
     NotFound,
 }
 
 /// The payment facts of a mapped event, for an API answer mapped as a webhook: `reference` is
 /// the payment asked about (the answer may name it by another field).
-pub(crate) fn succeeded(kind: EventKind, reference: &Reference) -> Result<ProviderTruth, PayloadError> {
+pub(crate) fn succeeded(
+    kind: EventKind,
+    reference: &Reference,
+) -> Result<ProviderTruth, PayloadError> {
     match kind {
         EventKind::PaymentSucceeded(mut p) => {
             p.reference = reference.clone();
             Ok(ProviderTruth::Succeeded(p))
         }
-        _ => Err(PayloadError::invalid("status", "says paid but the payment does not map")),
+        _ => Err(PayloadError::invalid(
+            "status",
+            "says paid but the payment does not map",
+        )),
     }
 }
 
 /// The single value of a header that must appear exactly once.
-pub fn single_header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, SignatureError> {
+pub fn single_header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<&'a str, SignatureError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next().ok_or(SignatureError::MissingHeader(name))?;
     if values.next().is_some() {
         return Err(SignatureError::RepeatedHeader(name));
     }
-    first.to_str().map_err(|_| SignatureError::MalformedHeader(name))
+    first
+        .to_str()
+        .map_err(|_| SignatureError::MalformedHeader(name))
 }
 
 /// The configured adapters. A provider without secrets is absent, and requests for it are
@@ -114,7 +132,10 @@ impl Providers {
     }
 
     pub fn get(&self, id: ProviderId) -> Option<&dyn Provider> {
-        self.adapters.iter().find(|a| a.id() == id).map(|a| a.as_ref())
+        self.adapters
+            .iter()
+            .find(|a| a.id() == id)
+            .map(|a| a.as_ref())
     }
 
     pub fn configured(&self) -> Vec<ProviderId> {

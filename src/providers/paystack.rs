@@ -17,7 +17,9 @@ use serde_json::Value;
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
-use crate::domain::{AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts};
+use crate::domain::{
+    AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts,
+};
 
 /// The signature header.
 pub const HEADER: &str = "x-paystack-signature";
@@ -38,7 +40,9 @@ impl Paystack {
             .split_whitespace()
             .map(|s| {
                 if !s.starts_with("sk_") || s.len() <= "sk_".len() {
-                    return Err(SignatureError::BadSecret("Paystack secret keys start with sk_".into()));
+                    return Err(SignatureError::BadSecret(
+                        "Paystack secret keys start with sk_".into(),
+                    ));
                 }
                 Secret::new(s.as_bytes().to_vec())
             })
@@ -46,7 +50,10 @@ impl Paystack {
         if secrets.is_empty() {
             return Err(SignatureError::BadSecret("no secret configured".into()));
         }
-        Ok(Paystack { secrets, account_key: account_key.to_owned() })
+        Ok(Paystack {
+            secrets,
+            account_key: account_key.to_owned(),
+        })
     }
 
     /// The `x-paystack-signature` value Paystack would send, with the first secret.
@@ -67,7 +74,11 @@ impl Provider for Paystack {
             .ok()
             .filter(|s| s.len() == 64)
             .ok_or(SignatureError::MalformedHeader(HEADER))?;
-        if self.secrets.iter().any(|s| ct_eq(&sig, &hmac_sha512(s.bytes(), body))) {
+        if self
+            .secrets
+            .iter()
+            .any(|s| ct_eq(&sig, &hmac_sha512(s.bytes(), body)))
+        {
             Ok(())
         } else {
             Err(SignatureError::Mismatch)
@@ -88,7 +99,13 @@ impl Provider for Paystack {
             _ => EventKind::Ignored,
         };
         let event_id = event_id(&f, &event_type)?;
-        Ok(NormalisedEvent { provider: ProviderId::Paystack, event_id, event_type, kind, transaction_id: None })
+        Ok(NormalisedEvent {
+            provider: ProviderId::Paystack,
+            event_id,
+            event_type,
+            kind,
+            transaction_id: None,
+        })
     }
 
     fn api_path(&self, reference: &Reference) -> String {
@@ -103,7 +120,9 @@ impl Provider for Paystack {
         let f = Fields::new(&root);
         match f.str("data.status")? {
             "success" => super::succeeded(self.charge_success(&f)?, reference),
-            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+            other => Ok(ProviderTruth::NotFinal {
+                status: other.to_owned(),
+            }),
         }
     }
 }
@@ -128,15 +147,21 @@ impl Paystack {
         match f.get("data.metadata") {
             Some(Value::Object(_)) => f.opt_account(&path),
             Some(Value::String(text)) if !text.trim().is_empty() => {
-                let parsed: Value = serde_json::from_str(text)
-                    .map_err(|e| PayloadError::invalid("data.metadata", format!("is a string but not JSON: {e}")))?;
+                let parsed: Value = serde_json::from_str(text).map_err(|e| {
+                    PayloadError::invalid("data.metadata", format!("is a string but not JSON: {e}"))
+                })?;
                 if !parsed.is_object() {
                     return Ok(None);
                 }
-                Fields::new(&parsed).opt_account(&self.account_key).map_err(|e| match e {
-                    PayloadError::Invalid { reason, .. } => PayloadError::Invalid { field: path.clone(), reason },
-                    other => other,
-                })
+                Fields::new(&parsed)
+                    .opt_account(&self.account_key)
+                    .map_err(|e| match e {
+                        PayloadError::Invalid { reason, .. } => PayloadError::Invalid {
+                            field: path.clone(),
+                            reason,
+                        },
+                        other => other,
+                    })
             }
             _ => Ok(None),
         }
@@ -161,7 +186,12 @@ fn refund_processed(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
 
 /// Paystack sends no event id; `{event}:{data.id or reference}` names the delivery in the log.
 fn event_id(f: &Fields<'_>, event_type: &str) -> Result<String, PayloadError> {
-    for path in ["data.id", "data.reference", "data.refund_reference", "data.transaction_reference"] {
+    for path in [
+        "data.id",
+        "data.reference",
+        "data.refund_reference",
+        "data.transaction_reference",
+    ] {
         if f.get(path).is_some() {
             return Ok(format!("{event_type}:{}", id_reference(f, path)?));
         }
@@ -174,17 +204,29 @@ fn id_reference(f: &Fields<'_>, path: &str) -> Result<Reference, PayloadError> {
     let text = match f.get(path) {
         Some(Value::Number(_)) => f.int(path)?.to_string(),
         Some(Value::String(s)) => s.clone(),
-        _ => return Err(PayloadError::invalid(path, "must be a string or an integer")),
+        _ => {
+            return Err(PayloadError::invalid(
+                path,
+                "must be a string or an integer",
+            ))
+        }
     };
     Reference::parse(&text).map_err(|e| PayloadError::invalid(path, e.to_string()))
 }
 
 /// Minor units as an integer or a string of digits (refund payloads quote them), and an ISO
 /// currency. `"5.00"`, `"-5"`, `"+5"` and `""` are refused, never rounded or trimmed.
-pub fn paystack_money(f: &Fields<'_>, amount_path: &str, currency_path: &str) -> Result<Money, PayloadError> {
+pub fn paystack_money(
+    f: &Fields<'_>,
+    amount_path: &str,
+    currency_path: &str,
+) -> Result<Money, PayloadError> {
     let amount = match f.get(amount_path) {
         Some(Value::String(s)) => digits(s).ok_or_else(|| {
-            PayloadError::invalid(amount_path, "must be an integer number of minor units that fits in 64 bits")
+            PayloadError::invalid(
+                amount_path,
+                "must be an integer number of minor units that fits in 64 bits",
+            )
         })?,
         _ => f.int(amount_path)?,
     };
@@ -229,7 +271,10 @@ mod tests {
             "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737"
         );
         let p = paystack(SECRET);
-        assert_eq!(p.sign(CHARGE.as_bytes()), hex::encode(hmac_sha512(SECRET.as_bytes(), CHARGE.as_bytes())));
+        assert_eq!(
+            p.sign(CHARGE.as_bytes()),
+            hex::encode(hmac_sha512(SECRET.as_bytes(), CHARGE.as_bytes()))
+        );
     }
 
     #[test]
@@ -237,10 +282,19 @@ mod tests {
         let p = paystack(SECRET);
         let sig = p.sign(CHARGE.as_bytes());
         assert_eq!(p.verify(&headers(&[&sig]), CHARGE.as_bytes(), 0), Ok(()));
-        assert_eq!(p.verify(&headers(&[&sig.to_uppercase()]), CHARGE.as_bytes(), 0), Ok(()));
+        assert_eq!(
+            p.verify(&headers(&[&sig.to_uppercase()]), CHARGE.as_bytes(), 0),
+            Ok(())
+        );
         let tampered = CHARGE.replace("500000", "900000");
-        assert_eq!(p.verify(&headers(&[&sig]), tampered.as_bytes(), 0), Err(SignatureError::Mismatch));
-        assert_eq!(paystack(OTHER).verify(&headers(&[&sig]), CHARGE.as_bytes(), 0), Err(SignatureError::Mismatch));
+        assert_eq!(
+            p.verify(&headers(&[&sig]), tampered.as_bytes(), 0),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            paystack(OTHER).verify(&headers(&[&sig]), CHARGE.as_bytes(), 0),
+            Err(SignatureError::Mismatch)
+        );
         let both = paystack(&format!("{OTHER} {SECRET}"));
         assert_eq!(both.verify(&headers(&[&sig]), CHARGE.as_bytes(), 0), Ok(()));
     }
@@ -249,17 +303,39 @@ mod tests {
     fn missing_repeated_and_malformed_headers() {
         let p = paystack(SECRET);
         let sig = p.sign(CHARGE.as_bytes());
-        assert_eq!(p.verify(&HeaderMap::new(), CHARGE.as_bytes(), 0), Err(SignatureError::MissingHeader(HEADER)));
-        assert_eq!(p.verify(&headers(&[&sig, &sig]), CHARGE.as_bytes(), 0), Err(SignatureError::RepeatedHeader(HEADER)));
-        for bad in ["", "zz", &sig[..126], &format!("{sig}00"), &sig.replace(|c: char| c.is_ascii_digit(), "g")] {
-            assert_eq!(p.verify(&headers(&[bad]), CHARGE.as_bytes(), 0), Err(SignatureError::MalformedHeader(HEADER)), "{bad}");
+        assert_eq!(
+            p.verify(&HeaderMap::new(), CHARGE.as_bytes(), 0),
+            Err(SignatureError::MissingHeader(HEADER))
+        );
+        assert_eq!(
+            p.verify(&headers(&[&sig, &sig]), CHARGE.as_bytes(), 0),
+            Err(SignatureError::RepeatedHeader(HEADER))
+        );
+        for bad in [
+            "",
+            "zz",
+            &sig[..126],
+            &format!("{sig}00"),
+            &sig.replace(|c: char| c.is_ascii_digit(), "g"),
+        ] {
+            assert_eq!(
+                p.verify(&headers(&[bad]), CHARGE.as_bytes(), 0),
+                Err(SignatureError::MalformedHeader(HEADER)),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn secrets_must_be_secret_keys() {
         for bad in ["", "  ", "pk_live_abc", "sk_", "sk_test_1 pk_test_2"] {
-            assert!(matches!(Paystack::from_env_value(bad, "account"), Err(SignatureError::BadSecret(_))), "{bad}");
+            assert!(
+                matches!(
+                    Paystack::from_env_value(bad, "account"),
+                    Err(SignatureError::BadSecret(_))
+                ),
+                "{bad}"
+            );
         }
     }
 
@@ -267,11 +343,21 @@ mod tests {
     fn maps_charge_success_and_refund_processed() {
         let p = paystack(SECRET);
         let ev = p.normalise(CHARGE.as_bytes()).unwrap();
-        assert_eq!(ev.key().unwrap().as_str(), "paystack:payment:T2154954_412829");
+        assert_eq!(
+            ev.key().unwrap().as_str(),
+            "paystack:payment:T2154954_412829"
+        );
         assert_eq!(ev.event_id, "charge.success:4099260516");
         match ev.kind {
             EventKind::PaymentSucceeded(pf) => {
-                assert_eq!((pf.money.amount.get(), pf.money.currency.as_str(), pf.account.as_ref().map(|a| a.as_str())), (500_000, "NGN", Some("wallet_42")));
+                assert_eq!(
+                    (
+                        pf.money.amount.get(),
+                        pf.money.currency.as_str(),
+                        pf.account.as_ref().map(|a| a.as_str())
+                    ),
+                    (500_000, "NGN", Some("wallet_42"))
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -279,14 +365,30 @@ mod tests {
         assert_eq!(ev.key().unwrap().as_str(), "paystack:refund:132013318360");
         match ev.kind {
             EventKind::RefundSucceeded(r) => {
-                assert_eq!((r.payment_reference.as_str(), r.money.amount.get()), ("T2154954_412829", 200_000));
+                assert_eq!(
+                    (r.payment_reference.as_str(), r.money.amount.get()),
+                    ("T2154954_412829", 200_000)
+                );
             }
             other => panic!("{other:?}"),
         }
         let with_id = REFUND.replace(r#""status""#, r#""id":1234567,"status""#);
-        assert_eq!(p.normalise(with_id.as_bytes()).unwrap().key().unwrap().as_str(), "paystack:refund:1234567");
-        let nested = REFUND.replace(r#""transaction_reference":"T2154954_412829""#, r#""transaction":{"reference":"T2154954_412829"}"#);
-        assert!(matches!(p.normalise(nested.as_bytes()).unwrap().kind, EventKind::RefundSucceeded(_)));
+        assert_eq!(
+            p.normalise(with_id.as_bytes())
+                .unwrap()
+                .key()
+                .unwrap()
+                .as_str(),
+            "paystack:refund:1234567"
+        );
+        let nested = REFUND.replace(
+            r#""transaction_reference":"T2154954_412829""#,
+            r#""transaction":{"reference":"T2154954_412829"}"#,
+        );
+        assert!(matches!(
+            p.normalise(nested.as_bytes()).unwrap().kind,
+            EventKind::RefundSucceeded(_)
+        ));
     }
 
     fn account_of(body: &str) -> Option<String> {
@@ -300,10 +402,19 @@ mod tests {
     fn metadata_may_be_a_json_string_or_absent() {
         let meta = r#""metadata":{"account":"wallet_42"}"#;
         // As the Initialize API documents it: a JSON-encoded string.
-        let string = CHARGE.replace(meta, r#""metadata":"{\"account\":\"wallet_42\",\"cart\":3}""#);
+        let string = CHARGE.replace(
+            meta,
+            r#""metadata":"{\"account\":\"wallet_42\",\"cart\":3}""#,
+        );
         assert_eq!(account_of(&string).as_deref(), Some("wallet_42"));
         // No metadata, or none with our key: no account (acknowledged as unassigned, not 400).
-        for absent in [r#""metadata":0"#, r#""metadata":"""#, r#""metadata":null"#, r#""metadata":{"wallet":"x"}"#, r#""metadata":"[1]""#] {
+        for absent in [
+            r#""metadata":0"#,
+            r#""metadata":"""#,
+            r#""metadata":null"#,
+            r#""metadata":{"wallet":"x"}"#,
+            r#""metadata":"[1]""#,
+        ] {
             assert_eq!(account_of(&CHARGE.replace(meta, absent)), None, "{absent}");
         }
     }
@@ -311,12 +422,25 @@ mod tests {
     #[test]
     fn failures_and_other_events_are_ignored() {
         let p = paystack(SECRET);
-        for event in ["refund.failed", "refund.pending", "refund.processing", "transfer.success", "charge.dispute.create"] {
+        for event in [
+            "refund.failed",
+            "refund.pending",
+            "refund.processing",
+            "transfer.success",
+            "charge.dispute.create",
+        ] {
             let body = REFUND.replace("refund.processed", event);
-            assert_eq!(p.normalise(body.as_bytes()).unwrap().kind, EventKind::Ignored, "{event}");
+            assert_eq!(
+                p.normalise(body.as_bytes()).unwrap().kind,
+                EventKind::Ignored,
+                "{event}"
+            );
         }
         let odd = CHARGE.replace(r#""status":"success""#, r#""status":"abandoned""#);
-        assert_eq!(p.normalise(odd.as_bytes()).unwrap().kind, EventKind::Ignored);
+        assert_eq!(
+            p.normalise(odd.as_bytes()).unwrap().kind,
+            EventKind::Ignored
+        );
     }
 
     #[test]
@@ -326,17 +450,44 @@ mod tests {
             (CHARGE.replace("500000", "5000.5"), "data.amount"),
             (CHARGE.replace("500000", "0"), "data.amount"),
             (CHARGE.replace("500000", "-5"), "data.amount"),
-            (CHARGE.replace("500000", "99999999999999999999"), "data.amount"),
+            (
+                CHARGE.replace("500000", "99999999999999999999"),
+                "data.amount",
+            ),
             (CHARGE.replace(r#""NGN""#, r#""ngn""#), "data.currency"),
             (CHARGE.replace(r#""NGN""#, r#""XQQ""#), "data.currency"),
-            (CHARGE.replace(r#""metadata":{"account":"wallet_42"}"#, r#""metadata":"{not json""#), "data.metadata"),
-            (CHARGE.replace(r#""metadata":{"account":"wallet_42"}"#, r#""metadata":"{\"account\":7}""#), "data.metadata.account"),
+            (
+                CHARGE.replace(
+                    r#""metadata":{"account":"wallet_42"}"#,
+                    r#""metadata":"{not json""#,
+                ),
+                "data.metadata",
+            ),
+            (
+                CHARGE.replace(
+                    r#""metadata":{"account":"wallet_42"}"#,
+                    r#""metadata":"{\"account\":7}""#,
+                ),
+                "data.metadata.account",
+            ),
             (REFUND.replace(r#""200000""#, r#""2000.00""#), "data.amount"),
             (REFUND.replace(r#""200000""#, r#""+5""#), "data.amount"),
             (REFUND.replace(r#""200000""#, r#""""#), "data.amount"),
-            (REFUND.replace(r#""200000""#, r#""99999999999999999999""#), "data.amount"),
-            (REFUND.replace(r#""refund_reference":"132013318360""#, r#""refund_reference":null"#), "data.refund_reference"),
-            (REFUND.replace("transaction_reference", "trx"), "data.transaction.reference"),
+            (
+                REFUND.replace(r#""200000""#, r#""99999999999999999999""#),
+                "data.amount",
+            ),
+            (
+                REFUND.replace(
+                    r#""refund_reference":"132013318360""#,
+                    r#""refund_reference":null"#,
+                ),
+                "data.refund_reference",
+            ),
+            (
+                REFUND.replace("transaction_reference", "trx"),
+                "data.transaction.reference",
+            ),
             (r#"{"event":"charge.success"}"#.to_owned(), "data"),
             (r#"{"data":{}}"#.to_owned(), "event"),
             ("[1]".to_owned(), "body"),
@@ -348,7 +499,10 @@ mod tests {
             }
         }
         assert!(matches!(p.normalise(b""), Err(PayloadError::Malformed(_))));
-        assert!(matches!(p.normalise(br#"{"event":"a","event":"b","data":{}}"#), Err(PayloadError::Malformed(_))));
+        assert!(matches!(
+            p.normalise(br#"{"event":"a","event":"b","data":{}}"#),
+            Err(PayloadError::Malformed(_))
+        ));
         assert!(matches!(p.normalise(b"\xff{}"), Err(PayloadError::NotUtf8)));
     }
 }

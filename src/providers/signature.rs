@@ -76,7 +76,10 @@ mod tests {
     #[test]
     fn hmac_matches_rfc4231_case_2() {
         let mac = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
-        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        assert_eq!(
+            hex::encode(mac),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
@@ -90,12 +93,18 @@ mod tests {
     fn timestamps_outside_tolerance_are_refused() {
         assert_eq!(check_timestamp(1_000, 1_300, 300), Ok(()));
         assert_eq!(check_timestamp(999, 1_300, 300), Err(SignatureError::Stale));
-        assert_eq!(check_timestamp(1_601, 1_300, 300), Err(SignatureError::Future));
+        assert_eq!(
+            check_timestamp(1_601, 1_300, 300),
+            Err(SignatureError::Future)
+        );
     }
 
     #[test]
     fn secrets_do_not_leak_through_debug() -> Result<(), SignatureError> {
-        assert_eq!(format!("{:?}", Secret::new(b"hunter2".to_vec())?), "Secret(7 bytes)");
+        assert_eq!(
+            format!("{:?}", Secret::new(b"hunter2".to_vec())?),
+            "Secret(7 bytes)"
+        );
         Ok(())
     }
 }

@@ -20,8 +20,8 @@ use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    Currency, EventKind, Money, MoneyError, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId,
-    Reference, RefundFacts, StateFacts,
+    Currency, EventKind, Money, MoneyError, NormalisedEvent, PaymentFacts, PaymentStatus,
+    ProviderId, Reference, RefundFacts, StateFacts,
 };
 
 /// The signature header (HTTP header names are case-insensitive; `HeaderMap` keys are lower case).
@@ -45,12 +45,18 @@ impl Stripe {
     /// `value` is the space-separated env value; each secret must look like an endpoint secret
     /// (`whsec_…`), so a pasted API key (`sk_…`) is refused at start-up instead of failing every
     /// delivery.
-    pub fn from_env_value(value: &str, tolerance_s: i64, account_key: &str) -> Result<Self, SignatureError> {
+    pub fn from_env_value(
+        value: &str,
+        tolerance_s: i64,
+        account_key: &str,
+    ) -> Result<Self, SignatureError> {
         let secrets = value
             .split_whitespace()
             .map(|s| {
                 if !s.starts_with("whsec_") || s.len() <= "whsec_".len() {
-                    return Err(SignatureError::BadSecret("Stripe endpoint secrets start with whsec_".into()));
+                    return Err(SignatureError::BadSecret(
+                        "Stripe endpoint secrets start with whsec_".into(),
+                    ));
                 }
                 Secret::new(s.as_bytes().to_vec())
             })
@@ -58,7 +64,11 @@ impl Stripe {
         if secrets.is_empty() {
             return Err(SignatureError::BadSecret("no secret configured".into()));
         }
-        Ok(Stripe { secrets, tolerance_s, account_key: account_key.to_owned() })
+        Ok(Stripe {
+            secrets,
+            tolerance_s,
+            account_key: account_key.to_owned(),
+        })
     }
 
     /// The `Stripe-Signature` value Stripe would send at `ts_s`, with the first secret. Used by
@@ -66,7 +76,10 @@ impl Stripe {
     pub fn sign(&self, ts_s: i64, body: &[u8]) -> String {
         let key = self.secrets.first().map(Secret::bytes).unwrap_or_default();
         let ts = ts_s.to_string();
-        format!("t={ts},v1={}", hex::encode(hmac_sha256(key, &[ts.as_bytes(), b".", body])))
+        format!(
+            "t={ts},v1={}",
+            hex::encode(hmac_sha256(key, &[ts.as_bytes(), b".", body]))
+        )
     }
 
     fn account_path(&self, object: &str) -> String {
@@ -89,7 +102,10 @@ fn parse_header(value: &str) -> Result<SignatureHeader<'_>, SignatureError> {
     let mut ts_text = None;
     let mut v1 = Vec::new();
     for item in value.split(',') {
-        let (k, v) = item.trim().split_once('=').ok_or_else(|| malformed.clone())?;
+        let (k, v) = item
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| malformed.clone())?;
         match k {
             "t" if ts_text.is_some() => return Err(malformed),
             "t" => ts_text = Some(v),
@@ -98,8 +114,13 @@ fn parse_header(value: &str) -> Result<SignatureHeader<'_>, SignatureError> {
         }
     }
     let ts_text = ts_text.ok_or_else(|| malformed.clone())?;
-    let digits = !ts_text.is_empty() && ts_text.len() <= 18 && ts_text.bytes().all(|b| b.is_ascii_digit());
-    let ts = ts_text.parse::<i64>().ok().filter(|_| digits).ok_or_else(|| malformed.clone())?;
+    let digits =
+        !ts_text.is_empty() && ts_text.len() <= 18 && ts_text.bytes().all(|b| b.is_ascii_digit());
+    let ts = ts_text
+        .parse::<i64>()
+        .ok()
+        .filter(|_| digits)
+        .ok_or_else(|| malformed.clone())?;
     if v1.is_empty() {
         return Err(malformed);
     }
@@ -137,11 +158,19 @@ impl Provider for Stripe {
             "payment_intent.canceled" => self.intent_state(&f, PaymentStatus::Failed)?,
             "payment_intent.payment_failed" => self.intent_failed(&f)?,
             "charge.refunded" => charge_refunded(&f)?,
-            "refund.created" | "refund.updated" | "charge.refund.updated" | "refund.failed" => refund_event(&f)?,
+            "refund.created" | "refund.updated" | "charge.refund.updated" | "refund.failed" => {
+                refund_event(&f)?
+            }
             // Anything else is acknowledged and logged, so Stripe stops retrying it.
             _ => EventKind::Ignored,
         };
-        Ok(NormalisedEvent { provider: ProviderId::Stripe, event_id, event_type, kind, transaction_id: None })
+        Ok(NormalisedEvent {
+            provider: ProviderId::Stripe,
+            event_id,
+            event_type,
+            kind,
+            transaction_id: None,
+        })
     }
 
     fn api_path(&self, reference: &Reference) -> String {
@@ -157,8 +186,12 @@ impl Provider for Stripe {
         let f = Fields::new(&wrapped);
         match f.str("data.object.status")? {
             "succeeded" => super::succeeded(self.intent_succeeded(&f)?, reference),
-            "canceled" => Ok(ProviderTruth::Failed { status: "canceled".into() }),
-            other => Ok(ProviderTruth::NotFinal { status: other.to_owned() }),
+            "canceled" => Ok(ProviderTruth::Failed {
+                status: "canceled".into(),
+            }),
+            other => Ok(ProviderTruth::NotFinal {
+                status: other.to_owned(),
+            }),
         }
     }
 }
@@ -169,7 +202,11 @@ impl Stripe {
     fn intent_succeeded(&self, f: &Fields<'_>) -> Result<EventKind, PayloadError> {
         expect_object(f, OBJ, "payment_intent")?;
         // `amount_received` is what arrived (less than `amount` after a partial capture).
-        let amount = if f.get("data.object.amount_received").is_some() { "amount_received" } else { "amount" };
+        let amount = if f.get("data.object.amount_received").is_some() {
+            "amount_received"
+        } else {
+            "amount"
+        };
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: f.reference("data.object.id")?,
             // None (Checkout, invoices without the metadata key): the registered or default account.
@@ -185,7 +222,11 @@ impl Stripe {
         if f.get("data.object.captured") == Some(&serde_json::Value::Bool(false)) {
             return Ok(EventKind::Ignored);
         }
-        let amount = if f.get("data.object.amount_captured").is_some() { "amount_captured" } else { "amount" };
+        let amount = if f.get("data.object.amount_captured").is_some() {
+            "amount_captured"
+        } else {
+            "amount"
+        };
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: charge_reference(f)?,
             // None (Checkout, invoices without the metadata key): the registered or default account.
@@ -197,7 +238,11 @@ impl Stripe {
     fn intent_state(&self, f: &Fields<'_>, to: PaymentStatus) -> Result<EventKind, PayloadError> {
         expect_object(f, OBJ, "payment_intent")?;
         let money = if f.get("data.object.amount").is_some() {
-            Some(stripe_money(f, "data.object.amount", "data.object.currency")?)
+            Some(stripe_money(
+                f,
+                "data.object.amount",
+                "data.object.currency",
+            )?)
         } else {
             None
         };
@@ -236,21 +281,30 @@ fn charge_refunded(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
         return Ok(EventKind::Ignored);
     };
     let intent = "data.object.payment_intent";
-    let charge_payment = if f.get(intent).is_some() { f.reference(intent)? } else { f.reference("data.object.id")? };
+    let charge_payment = if f.get(intent).is_some() {
+        f.reference(intent)?
+    } else {
+        f.reference("data.object.id")?
+    };
     let r = Fields::new(newest);
     refund(&r, Some(charge_payment)).map_err(|e| prefixed(e, "data.object.refunds.data[0]"))
 }
 
 /// The refund object of a `refund.*` event.
 fn refund_event(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
-    let object = f.get(OBJ).ok_or_else(|| PayloadError::invalid(OBJ, "is required"))?;
+    let object = f
+        .get(OBJ)
+        .ok_or_else(|| PayloadError::invalid(OBJ, "is required"))?;
     refund(&Fields::new(object), None).map_err(|e| prefixed(e, OBJ))
 }
 
 /// Names a field of a nested object by its full path.
 fn prefixed(e: PayloadError, prefix: &str) -> PayloadError {
     match e {
-        PayloadError::Invalid { field, reason } => PayloadError::Invalid { field: format!("{prefix}.{field}"), reason },
+        PayloadError::Invalid { field, reason } => PayloadError::Invalid {
+            field: format!("{prefix}.{field}"),
+            reason,
+        },
         other => other,
     }
 }
@@ -277,7 +331,11 @@ fn refund(r: &Fields<'_>, charge_payment: Option<Reference>) -> Result<EventKind
         payment_reference,
         money: stripe_money(r, "amount", "currency")?,
     };
-    Ok(if reversed { EventKind::RefundReversed(facts) } else { EventKind::RefundSucceeded(facts) })
+    Ok(if reversed {
+        EventKind::RefundReversed(facts)
+    } else {
+        EventKind::RefundSucceeded(facts)
+    })
 }
 
 /// The payment a charge belongs to: its PaymentIntent, else (legacy Charges API) its own id.
@@ -291,7 +349,11 @@ fn charge_reference(f: &Fields<'_>) -> Result<Reference, PayloadError> {
 
 /// Refuses a payload whose object is not the kind its event type promises.
 fn expect_object(f: &Fields<'_>, at: &str, kind: &str) -> Result<(), PayloadError> {
-    let path = if at.is_empty() { "object".to_owned() } else { format!("{at}.object") };
+    let path = if at.is_empty() {
+        "object".to_owned()
+    } else {
+        format!("{at}.object")
+    };
     match f.opt_str(&path)? {
         Some(k) if k == kind => Ok(()),
         _ => Err(PayloadError::invalid(&path, format!("must be {kind:?}"))),
@@ -299,22 +361,33 @@ fn expect_object(f: &Fields<'_>, at: &str, kind: &str) -> Result<(), PayloadErro
 }
 
 /// Stripe amount (its smallest unit) and lower-case currency, converted to ISO minor units.
-pub fn stripe_money(f: &Fields<'_>, amount_path: &str, currency_path: &str) -> Result<Money, PayloadError> {
+pub fn stripe_money(
+    f: &Fields<'_>,
+    amount_path: &str,
+    currency_path: &str,
+) -> Result<Money, PayloadError> {
     let amount = f.int(amount_path)?;
     let code = f.str(currency_path)?.to_ascii_uppercase();
-    let currency = Currency::parse(&code).map_err(|e| PayloadError::invalid(currency_path, e.to_string()))?;
-    let minor = to_iso_minor(amount, currency).map_err(|e| PayloadError::invalid(amount_path, e.to_string()))?;
+    let currency =
+        Currency::parse(&code).map_err(|e| PayloadError::invalid(currency_path, e.to_string()))?;
+    let minor = to_iso_minor(amount, currency)
+        .map_err(|e| PayloadError::invalid(amount_path, e.to_string()))?;
     Money::new(minor, currency).map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
 }
 
 /// Converts an amount in Stripe's unit for `currency` to ISO 4217 minor units, exactly.
 fn to_iso_minor(amount: i64, currency: Currency) -> Result<i64, MoneyError> {
     let iso = currency.exponent();
-    let stripe = STRIPE_EXPONENTS.iter().find(|(c, _)| *c == currency.as_str()).map_or(iso, |(_, e)| *e);
+    let stripe = STRIPE_EXPONENTS
+        .iter()
+        .find(|(c, _)| *c == currency.as_str())
+        .map_or(iso, |(_, e)| *e);
     if amount <= 0 {
         return Err(MoneyError::NotPositive);
     }
-    let factor = 10_i64.checked_pow(u32::from(iso.abs_diff(stripe))).ok_or(MoneyError::Overflow)?;
+    let factor = 10_i64
+        .checked_pow(u32::from(iso.abs_diff(stripe)))
+        .ok_or(MoneyError::Overflow)?;
     if stripe > iso {
         if amount % factor != 0 {
             return Err(MoneyError::TooPrecise(currency));
@@ -357,7 +430,10 @@ mod tests {
         // HMAC-SHA256("whsec_test_5f1c…", "1764670000.{}") computed independently (python hmac).
         let s = stripe(SECRET);
         let sig = s.sign(NOW, b"{}");
-        assert_eq!(sig, "t=1764670000,v1=6edffbc19b7f69a43c98c091131049076f88b8494020c42ddcfd985ec25e63dd");
+        assert_eq!(
+            sig,
+            "t=1764670000,v1=6edffbc19b7f69a43c98c091131049076f88b8494020c42ddcfd985ec25e63dd"
+        );
         assert_eq!(s.verify(&headers(&[&sig]), b"{}", NOW), Ok(()));
     }
 
@@ -366,15 +442,33 @@ mod tests {
         let s = stripe(SECRET);
         let body = intent("payment_intent.succeeded", "pi_1", "succeeded");
         let sig = s.sign(NOW, body.as_bytes());
-        assert_eq!(s.verify(&headers(&[&sig]), body.as_bytes(), NOW + 10), Ok(()));
+        assert_eq!(
+            s.verify(&headers(&[&sig]), body.as_bytes(), NOW + 10),
+            Ok(())
+        );
         let tampered = body.replace("4999", "9999");
-        assert_eq!(s.verify(&headers(&[&sig]), tampered.as_bytes(), NOW), Err(SignatureError::Mismatch));
-        assert_eq!(stripe(OTHER).verify(&headers(&[&sig]), body.as_bytes(), NOW), Err(SignatureError::Mismatch));
-        assert_eq!(s.verify(&headers(&[&sig]), body.as_bytes(), NOW + 301), Err(SignatureError::Stale));
-        assert_eq!(s.verify(&headers(&[&sig]), body.as_bytes(), NOW - 301), Err(SignatureError::Future));
+        assert_eq!(
+            s.verify(&headers(&[&sig]), tampered.as_bytes(), NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            stripe(OTHER).verify(&headers(&[&sig]), body.as_bytes(), NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            s.verify(&headers(&[&sig]), body.as_bytes(), NOW + 301),
+            Err(SignatureError::Stale)
+        );
+        assert_eq!(
+            s.verify(&headers(&[&sig]), body.as_bytes(), NOW - 301),
+            Err(SignatureError::Future)
+        );
         // The timestamp is signed: moving it breaks the signature.
         let moved = sig.replace("t=1764670000", "t=1764670001");
-        assert_eq!(s.verify(&headers(&[&moved]), body.as_bytes(), NOW), Err(SignatureError::Mismatch));
+        assert_eq!(
+            s.verify(&headers(&[&moved]), body.as_bytes(), NOW),
+            Err(SignatureError::Mismatch)
+        );
     }
 
     #[test]
@@ -391,8 +485,14 @@ mod tests {
     fn malformed_missing_and_repeated_headers() {
         let s = stripe(SECRET);
         let sig = s.sign(NOW, b"{}");
-        assert_eq!(s.verify(&HeaderMap::new(), b"{}", NOW), Err(SignatureError::MissingHeader(HEADER)));
-        assert_eq!(s.verify(&headers(&[&sig, &sig]), b"{}", NOW), Err(SignatureError::RepeatedHeader(HEADER)));
+        assert_eq!(
+            s.verify(&HeaderMap::new(), b"{}", NOW),
+            Err(SignatureError::MissingHeader(HEADER))
+        );
+        assert_eq!(
+            s.verify(&headers(&[&sig, &sig]), b"{}", NOW),
+            Err(SignatureError::RepeatedHeader(HEADER))
+        );
         let malformed = Err(SignatureError::MalformedHeader(HEADER));
         for bad in [
             "",
@@ -413,7 +513,13 @@ mod tests {
     #[test]
     fn secrets_must_be_endpoint_secrets() {
         for bad in ["", "   ", "sk_live_123", "whsec_", "whsec_ok sk_test_1"] {
-            assert!(matches!(Stripe::from_env_value(bad, 300, "account"), Err(SignatureError::BadSecret(_))), "{bad}");
+            assert!(
+                matches!(
+                    Stripe::from_env_value(bad, 300, "account"),
+                    Err(SignatureError::BadSecret(_))
+                ),
+                "{bad}"
+            );
         }
     }
 
@@ -424,7 +530,9 @@ mod tests {
     #[test]
     fn intent_and_charge_successes_share_the_intent_key() {
         let s = stripe(SECRET);
-        let a = s.normalise(intent("payment_intent.succeeded", "pi_1", "succeeded").as_bytes()).unwrap();
+        let a = s
+            .normalise(intent("payment_intent.succeeded", "pi_1", "succeeded").as_bytes())
+            .unwrap();
         let charge = r#"{"id":"evt_2","type":"charge.succeeded","data":{"object":{"id":"ch_1","object":"charge","amount":4999,"amount_captured":4999,"captured":true,"currency":"usd","payment_intent":"pi_1","metadata":{"account":"wallet_42"}}}}"#;
         let b = s.normalise(charge.as_bytes()).unwrap();
         assert_eq!(a.key(), b.key());
@@ -432,28 +540,76 @@ mod tests {
         assert_eq!(a.kind, b.kind);
         match a.kind {
             EventKind::PaymentSucceeded(p) => {
-                assert_eq!((p.money.amount.get(), p.money.currency.as_str(), p.account.as_ref().map(|a| a.as_str())), (4999, "USD", Some("wallet_42")));
+                assert_eq!(
+                    (
+                        p.money.amount.get(),
+                        p.money.currency.as_str(),
+                        p.account.as_ref().map(|a| a.as_str())
+                    ),
+                    (4999, "USD", Some("wallet_42"))
+                );
             }
             other => panic!("{other:?}"),
         }
         let uncaptured = charge.replace(r#""captured":true"#, r#""captured":false"#);
         assert_eq!(kind(&s, &uncaptured), EventKind::Ignored);
         let legacy = charge.replace(r#""payment_intent":"pi_1""#, r#""payment_intent":null"#);
-        assert_eq!(s.normalise(legacy.as_bytes()).unwrap().key().unwrap().as_str(), "stripe:payment:ch_1");
+        assert_eq!(
+            s.normalise(legacy.as_bytes())
+                .unwrap()
+                .key()
+                .unwrap()
+                .as_str(),
+            "stripe:payment:ch_1"
+        );
     }
 
     #[test]
     fn intent_states() {
         let s = stripe(SECRET);
-        let processing = kind(&s, &intent("payment_intent.processing", "pi_1", "processing"));
-        assert!(matches!(processing, EventKind::PaymentState { to: PaymentStatus::Processing, .. }));
+        let processing = kind(
+            &s,
+            &intent("payment_intent.processing", "pi_1", "processing"),
+        );
+        assert!(matches!(
+            processing,
+            EventKind::PaymentState {
+                to: PaymentStatus::Processing,
+                ..
+            }
+        ));
         let canceled = kind(&s, &intent("payment_intent.canceled", "pi_1", "canceled"));
-        assert!(matches!(canceled, EventKind::PaymentState { to: PaymentStatus::Failed, .. }));
-        let retryable = kind(&s, &intent("payment_intent.payment_failed", "pi_1", "requires_payment_method"));
+        assert!(matches!(
+            canceled,
+            EventKind::PaymentState {
+                to: PaymentStatus::Failed,
+                ..
+            }
+        ));
+        let retryable = kind(
+            &s,
+            &intent(
+                "payment_intent.payment_failed",
+                "pi_1",
+                "requires_payment_method",
+            ),
+        );
         assert_eq!(retryable, EventKind::Ignored);
-        let final_failure = kind(&s, &intent("payment_intent.payment_failed", "pi_1", "canceled"));
-        assert!(matches!(final_failure, EventKind::PaymentState { to: PaymentStatus::Failed, .. }));
-        assert_eq!(kind(&s, &intent("customer.created", "cus_1", "x")), EventKind::Ignored);
+        let final_failure = kind(
+            &s,
+            &intent("payment_intent.payment_failed", "pi_1", "canceled"),
+        );
+        assert!(matches!(
+            final_failure,
+            EventKind::PaymentState {
+                to: PaymentStatus::Failed,
+                ..
+            }
+        ));
+        assert_eq!(
+            kind(&s, &intent("customer.created", "cus_1", "x")),
+            EventKind::Ignored
+        );
     }
 
     #[test]
@@ -464,28 +620,53 @@ mod tests {
         assert_eq!(a.key().unwrap().as_str(), "stripe:refund:re_1");
         match &a.kind {
             EventKind::RefundSucceeded(r) => {
-                assert_eq!((r.payment_reference.as_str(), r.money.amount.get()), ("pi_1", 1000));
+                assert_eq!(
+                    (r.payment_reference.as_str(), r.money.amount.get()),
+                    ("pi_1", 1000)
+                );
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(kind(&s, &refund.replace("succeeded", "pending")), EventKind::Ignored);
+        assert_eq!(
+            kind(&s, &refund.replace("succeeded", "pending")),
+            EventKind::Ignored
+        );
         let updated = refund.replace("refund.created", "charge.refund.updated");
         assert_eq!(kind(&s, &updated), a.kind);
         // A refund that failed (after it succeeded, or before) or was canceled is reversed.
-        let EventKind::RefundSucceeded(facts) = a.kind.clone() else { panic!() };
-        for (event, status) in [("refund.failed", "failed"), ("refund.updated", "failed"), ("charge.refund.updated", "canceled")] {
-            let body = refund.replace("refund.created", event).replace(r#""status":"succeeded""#, &format!(r#""status":"{status}""#));
+        let EventKind::RefundSucceeded(facts) = a.kind.clone() else {
+            panic!()
+        };
+        for (event, status) in [
+            ("refund.failed", "failed"),
+            ("refund.updated", "failed"),
+            ("charge.refund.updated", "canceled"),
+        ] {
+            let body = refund.replace("refund.created", event).replace(
+                r#""status":"succeeded""#,
+                &format!(r#""status":"{status}""#),
+            );
             let ev = s.normalise(body.as_bytes()).unwrap();
-            assert_eq!(ev.kind, EventKind::RefundReversed(facts.clone()), "{event} {status}");
+            assert_eq!(
+                ev.kind,
+                EventKind::RefundReversed(facts.clone()),
+                "{event} {status}"
+            );
             assert_eq!(ev.key().unwrap().as_str(), "stripe:refund_reversal:re_1");
         }
         let charge = r#"{"id":"evt_4","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","amount":4999,"amount_refunded":1500,"currency":"usd","payment_intent":"pi_1","refunds":{"object":"list","data":[{"id":"re_1","object":"refund","amount":1000,"currency":"usd","charge":"ch_1","status":"succeeded"},{"id":"re_0","object":"refund","amount":500,"currency":"usd","charge":"ch_1","status":"succeeded"}]}}}}"#;
-        assert_eq!(kind(&s, charge), a.kind, "the newest refund, its intent taken from the charge");
+        assert_eq!(
+            kind(&s, charge),
+            a.kind,
+            "the newest refund, its intent taken from the charge"
+        );
         let without_list = r#"{"id":"evt_5","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","amount":4999,"currency":"usd","payment_intent":"pi_1"}}}"#;
         assert_eq!(kind(&s, without_list), EventKind::Ignored);
         let bad = charge.replacen(r#""amount":1000"#, r#""amount":-1"#, 1);
         match s.normalise(bad.as_bytes()) {
-            Err(PayloadError::Invalid { field, .. }) => assert_eq!(field, "data.object.refunds.data[0].amount"),
+            Err(PayloadError::Invalid { field, .. }) => {
+                assert_eq!(field, "data.object.refunds.data[0].amount")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -493,18 +674,37 @@ mod tests {
     #[test]
     fn amounts_convert_from_stripe_units() {
         let s = stripe(SECRET);
-        let with = |amount: &str, cur: &str| intent("payment_intent.succeeded", "pi_1", "succeeded")
-            .replace(r#""amount":4999,"amount_received":4999"#, &format!(r#""amount_received":{amount}"#))
-            .replace(r#""currency":"usd""#, &format!(r#""currency":"{cur}""#));
+        let with = |amount: &str, cur: &str| {
+            intent("payment_intent.succeeded", "pi_1", "succeeded")
+                .replace(
+                    r#""amount":4999,"amount_received":4999"#,
+                    &format!(r#""amount_received":{amount}"#),
+                )
+                .replace(r#""currency":"usd""#, &format!(r#""currency":"{cur}""#))
+        };
         let money = |amount: &str, cur: &str| match s.normalise(with(amount, cur).as_bytes()) {
-            Ok(NormalisedEvent { kind: EventKind::PaymentSucceeded(p), .. }) => Ok(p.money.amount.get()),
+            Ok(NormalisedEvent {
+                kind: EventKind::PaymentSucceeded(p),
+                ..
+            }) => Ok(p.money.amount.get()),
             Ok(other) => panic!("{other:?}"),
             Err(e) => Err(e),
         };
         assert_eq!(money("500", "jpy").unwrap(), 500);
-        assert_eq!(money("12000", "isk").unwrap(), 120, "ISK is two-decimal in Stripe's API");
-        assert!(money("12050", "isk").is_err(), "fractional krona cannot be credited");
-        assert_eq!(money("7", "mga").unwrap(), 700, "MGA is zero-decimal in Stripe's API");
+        assert_eq!(
+            money("12000", "isk").unwrap(),
+            120,
+            "ISK is two-decimal in Stripe's API"
+        );
+        assert!(
+            money("12050", "isk").is_err(),
+            "fractional krona cannot be credited"
+        );
+        assert_eq!(
+            money("7", "mga").unwrap(),
+            700,
+            "MGA is zero-decimal in Stripe's API"
+        );
         assert_eq!(money("1005", "kwd").unwrap(), 1005);
         for (amount, cur, field) in [
             ("0", "usd", "data.object.amount_received"),
@@ -516,7 +716,9 @@ mod tests {
             ("100", "", "data.object.currency"),
         ] {
             match money(amount, cur) {
-                Err(PayloadError::Invalid { field: f, .. }) => assert_eq!(f, field, "{amount} {cur}"),
+                Err(PayloadError::Invalid { field: f, .. }) => {
+                    assert_eq!(f, field, "{amount} {cur}")
+                }
                 other => panic!("{amount} {cur}: {other:?}"),
             }
         }
@@ -525,8 +727,15 @@ mod tests {
     #[test]
     fn account_key_is_configurable_and_optional_for_credits() {
         let s = Stripe::from_env_value(SECRET, 300, "wallet").unwrap();
-        let body = intent("payment_intent.succeeded", "pi_1", "succeeded").replace(r#""account":"#, r#""wallet":"#);
-        assert!(matches!(kind(&s, &body), EventKind::PaymentSucceeded(PaymentFacts { account: Some(_), .. })));
+        let body = intent("payment_intent.succeeded", "pi_1", "succeeded")
+            .replace(r#""account":"#, r#""wallet":"#);
+        assert!(matches!(
+            kind(&s, &body),
+            EventKind::PaymentSucceeded(PaymentFacts {
+                account: Some(_),
+                ..
+            })
+        ));
         // Checkout and invoice intents often lack the key: a credit without an account (the
         // payment's registered or default account is used, else it is acknowledged unassigned).
         match kind(&stripe(SECRET), &body) {
@@ -534,6 +743,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let wrong_object = body.replace(r#""object":"payment_intent""#, r#""object":"charge""#);
-        assert!(matches!(s.normalise(wrong_object.as_bytes()), Err(PayloadError::Invalid { .. })));
+        assert!(matches!(
+            s.normalise(wrong_object.as_bytes()),
+            Err(PayloadError::Invalid { .. })
+        ));
     }
 }

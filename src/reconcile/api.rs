@@ -31,11 +31,17 @@ pub enum ApiError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("{provider} did not answer within {timeout_ms} ms")]
-    Timeout { provider: ProviderId, timeout_ms: u128 },
+    Timeout {
+        provider: ProviderId,
+        timeout_ms: u128,
+    },
     #[error("{provider} answered HTTP {status}")]
     Status { provider: ProviderId, status: u16 },
     #[error("{provider} answered something we cannot read: {reason}")]
-    Unreadable { provider: ProviderId, reason: String },
+    Unreadable {
+        provider: ProviderId,
+        reason: String,
+    },
 }
 
 /// The capability reconciliation needs from a provider's API: the answer's bytes at `path`
@@ -55,7 +61,10 @@ pub struct ApiEndpoint {
 
 impl std::fmt::Debug for ApiEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiEndpoint").field("provider", &self.provider).field("base_url", &self.base_url).finish_non_exhaustive()
+        f.debug_struct("ApiEndpoint")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -77,7 +86,11 @@ impl HttpProviderApi {
             .enable_http1()
             .build();
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(HttpProviderApi { client, endpoints, timeout: CALL_TIMEOUT })
+        Ok(HttpProviderApi {
+            client,
+            endpoints,
+            timeout: CALL_TIMEOUT,
+        })
     }
 
     /// The same client with another per-call timeout (tests use a short one).
@@ -88,14 +101,21 @@ impl HttpProviderApi {
 
     async fn get(&self, ep: &ApiEndpoint, path: &str) -> Result<Option<Bytes>, ApiError> {
         let provider = ep.provider;
-        let transport = |e: Box<dyn std::error::Error + Send + Sync>| ApiError::Transport { provider, source: e };
+        let transport = |e: Box<dyn std::error::Error + Send + Sync>| ApiError::Transport {
+            provider,
+            source: e,
+        };
         let url = format!("{}{path}", ep.base_url.trim_end_matches('/'));
         let req = http::Request::get(&url)
             .header("authorization", format!("Bearer {}", ep.api_key))
             .header("accept", "application/json")
             .body(Empty::new())
             .map_err(|e| transport(Box::new(e)))?;
-        let res = self.client.request(req).await.map_err(|e| transport(Box::new(e)))?;
+        let res = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| transport(Box::new(e)))?;
         let status = res.status().as_u16();
         if status == 404 {
             return Ok(None);
@@ -104,16 +124,26 @@ impl HttpProviderApi {
             return Err(ApiError::Status { provider, status });
         }
         // A provider (or something in front of it) answering megabytes is refused, not buffered.
-        let body = Limited::new(res.into_body(), MAX_ANSWER_BYTES).collect().await.map_err(transport)?;
+        let body = Limited::new(res.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(transport)?;
         Ok(Some(body.to_bytes()))
     }
 }
 
 impl ProviderApi for HttpProviderApi {
     async fn fetch(&self, provider: ProviderId, path: &str) -> Result<Option<Bytes>, ApiError> {
-        let ep = self.endpoints.iter().find(|e| e.provider == provider).ok_or(ApiError::NotConfigured(provider))?;
+        let ep = self
+            .endpoints
+            .iter()
+            .find(|e| e.provider == provider)
+            .ok_or(ApiError::NotConfigured(provider))?;
         tokio::time::timeout(self.timeout, self.get(ep, path))
             .await
-            .map_err(|_| ApiError::Timeout { provider, timeout_ms: self.timeout.as_millis() })?
+            .map_err(|_| ApiError::Timeout {
+                provider,
+                timeout_ms: self.timeout.as_millis(),
+            })?
     }
 }

@@ -19,20 +19,32 @@ pub fn endpoints(get: &impl Fn(&str) -> Option<String>) -> Vec<ApiEndpoint> {
     ProviderId::ALL
         .into_iter()
         .filter_map(|p| {
-            let var = |suffix: &str| get(&format!("PAYHOOK_{}_{suffix}", upper(p))).filter(|v| !v.trim().is_empty());
+            let var = |suffix: &str| {
+                get(&format!("PAYHOOK_{}_{suffix}", upper(p))).filter(|v| !v.trim().is_empty())
+            };
             let api_key = var("API_KEY")?;
             let base_url = var("API_URL").or_else(|| default_base(p).map(str::to_owned))?;
-            Some(ApiEndpoint { provider: p, base_url, api_key })
+            Some(ApiEndpoint {
+                provider: p,
+                base_url,
+                api_key,
+            })
         })
         .collect()
 }
 
 pub fn settings(get: &impl Fn(&str) -> Option<String>, lease_ms: i64) -> ReconcileSettings {
-    let seconds = |name: &str| get(name).and_then(|v| v.trim().parse::<i64>().ok()).filter(|v| *v > 0);
+    let seconds = |name: &str| {
+        get(name)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .filter(|v| *v > 0)
+    };
     let defaults = ReconcileSettings::default();
     ReconcileSettings {
-        pending_after_ms: seconds("PAYHOOK_RECONCILE_PENDING_AFTER_S").map_or(defaults.pending_after_ms, |s| s * 1_000),
-        give_up_after_ms: seconds("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S").map_or(defaults.give_up_after_ms, |s| s * 1_000),
+        pending_after_ms: seconds("PAYHOOK_RECONCILE_PENDING_AFTER_S")
+            .map_or(defaults.pending_after_ms, |s| s * 1_000),
+        give_up_after_ms: seconds("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S")
+            .map_or(defaults.give_up_after_ms, |s| s * 1_000),
         lease_ms,
         ..defaults
     }
@@ -52,8 +64,17 @@ mod tests {
             _ => None,
         };
         let eps = endpoints(&get);
-        let names: Vec<_> = eps.iter().map(|e| (e.provider, e.base_url.as_str())).collect();
-        assert_eq!(names, vec![(ProviderId::Generic, "http://127.0.0.1:9"), (ProviderId::Stripe, "https://api.stripe.com")]);
+        let names: Vec<_> = eps
+            .iter()
+            .map(|e| (e.provider, e.base_url.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (ProviderId::Generic, "http://127.0.0.1:9"),
+                (ProviderId::Stripe, "https://api.stripe.com")
+            ]
+        );
         assert_eq!(settings(&get, 5).pending_after_ms, 60_000);
     }
 }

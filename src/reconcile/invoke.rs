@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Reconciler, ReconcileSettings, HttpProviderApi};
+use super::{HttpProviderApi, ReconcileSettings, Reconciler};
 use crate::domain::{ProviderId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::pipeline::Pipeline;
@@ -28,10 +28,22 @@ pub struct FilterJson {
 impl FilterJson {
     pub fn to_filter(&self) -> Result<LogFilter, String> {
         Ok(LogFilter {
-            provider: self.provider.as_deref().map(|p| ProviderId::parse(p).ok_or(format!("unknown provider {p}"))).transpose()?,
-            reference: self.reference.as_deref().map(|r| Reference::parse(r).map_err(|e| format!("reference: {e}"))).transpose()?,
+            provider: self
+                .provider
+                .as_deref()
+                .map(|p| ProviderId::parse(p).ok_or(format!("unknown provider {p}")))
+                .transpose()?,
+            reference: self
+                .reference
+                .as_deref()
+                .map(|r| Reference::parse(r).map_err(|e| format!("reference: {e}")))
+                .transpose()?,
             event_id: self.event_id.clone(),
-            outcome: self.outcome.as_deref().map(|o| Outcome::parse(o).ok_or(format!("unknown outcome {o}"))).transpose()?,
+            outcome: self
+                .outcome
+                .as_deref()
+                .map(|o| Outcome::parse(o).ok_or(format!("unknown outcome {o}")))
+                .transpose()?,
             since_ms: self.since_ms,
             until_ms: self.until_ms,
         })
@@ -68,28 +80,50 @@ const DEADLINE_MARGIN_MS: i64 = 5_000;
 
 /// Handles one invocation; `request_id` names who started a replay. `deadline_ms` (epoch ms,
 /// inside Lambda) bounds a reconciliation pass.
-pub async fn handle(ops: &Ops, payload: Value, request_id: &str, deadline_ms: Option<i64>) -> Result<Value, String> {
+pub async fn handle(
+    ops: &Ops,
+    payload: Value,
+    request_id: &str,
+    deadline_ms: Option<i64>,
+) -> Result<Value, String> {
     if payload.get("action").and_then(Value::as_str) == Some("replay") {
-        let req: ReplayRequest = serde_json::from_value(payload).map_err(|e| format!("bad replay request: {e}"))?;
+        let req: ReplayRequest =
+            serde_json::from_value(payload).map_err(|e| format!("bad replay request: {e}"))?;
         let opts = ReplayOptions {
             dry_run: req.dry_run,
             concurrency: req.concurrency.unwrap_or(8).clamp(1, 64),
-            started_by: req.started_by.unwrap_or_else(|| format!("lambda:{request_id}")),
+            started_by: req
+                .started_by
+                .unwrap_or_else(|| format!("lambda:{request_id}")),
             lease_ms: ops.settings.lease_ms,
             include_replays: req.include_replays,
             max: req.max.unwrap_or(10_000),
         };
-        let summary = replay(&ops.pipeline, &ops.providers, &req.filter.to_filter()?, &opts, |_, _| {})
-            .await
-            .map_err(|e| e.to_string())?;
+        let summary = replay(
+            &ops.pipeline,
+            &ops.providers,
+            &req.filter.to_filter()?,
+            &opts,
+            |_, _| {},
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         return serde_json::to_value(summary).map_err(|e| e.to_string());
     }
     // Anything else (the EventBridge schedule) runs one reconciliation pass.
     let mut settings = ops.settings;
     if let Some(deadline) = deadline_ms {
-        settings.budget_ms = settings.budget_ms.min(deadline - crate::domain::now_ms() - DEADLINE_MARGIN_MS).max(0);
+        settings.budget_ms = settings
+            .budget_ms
+            .min(deadline - crate::domain::now_ms() - DEADLINE_MARGIN_MS)
+            .max(0);
     }
-    let reconciler = Reconciler { pipeline: &ops.pipeline, providers: &ops.providers, api: &ops.api, settings };
+    let reconciler = Reconciler {
+        pipeline: &ops.pipeline,
+        providers: &ops.providers,
+        api: &ops.api,
+        settings,
+    };
     let report = reconciler.run().await.map_err(|e| e.to_string())?;
     emit_report_metrics(&report);
     serde_json::to_value(report).map_err(|e| e.to_string())

@@ -28,7 +28,8 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId, StateFacts,
+    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId,
+    StateFacts,
 };
 use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
 use crate::ledger::{PaymentRecord, Payments};
@@ -99,8 +100,21 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(kind: &'static str, provider: ProviderId, subject: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding { kind, provider, subject: subject.into(), detail: detail.into(), reason: None, provider_answer: None, resolve: None }
+    fn new(
+        kind: &'static str,
+        provider: ProviderId,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Finding {
+            kind,
+            provider,
+            subject: subject.into(),
+            detail: detail.into(),
+            reason: None,
+            provider_answer: None,
+            resolve: None,
+        }
     }
 }
 
@@ -140,7 +154,12 @@ impl Report {
                 f.reason = serde_json::from_str::<serde_json::Value>(&a.body)
                     .ok()
                     .and_then(|b| b.get("message").and_then(|m| m.as_str()).map(str::to_owned));
-                f.resolve.get_or_insert_with(|| format!("payhook payments show --provider {} --reference {}", f.provider, f.subject));
+                f.resolve.get_or_insert_with(|| {
+                    format!(
+                        "payhook payments show --provider {} --reference {}",
+                        f.provider, f.subject
+                    )
+                });
                 self.needs_human.push(f);
             }
             Ok(a) => {
@@ -199,23 +218,48 @@ impl<A: ProviderApi> Reconciler<'_, A> {
             replay_of: None,
             started_by: Some("reconcile".into()),
         };
-        self.pipeline.process(delivered).await.map_err(|e| e.to_string())
+        self.pipeline
+            .process(delivered)
+            .await
+            .map_err(|e| e.to_string())
     }
 
-    async fn resume_stuck_claims(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+    async fn resume_stuck_claims(
+        &self,
+        report: &mut Report,
+        budget: Budget,
+    ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
-        for claim in store.stuck_claims(now_ms(), self.settings.max_items).await? {
+        for claim in store
+            .stuck_claims(now_ms(), self.settings.max_items)
+            .await?
+        {
             if budget.spent() {
                 report.deferred.push("stuck_claims");
                 break;
             }
             let provider = provider_of(&claim.key);
-            let finding = |detail: &str| Finding::new("stuck_claim", provider.unwrap_or(ProviderId::Generic), claim.key.to_string(), detail);
-            let (Some(provider), Ok(kind)) = (provider, ClaimedFacts::parse_kind(&claim.fingerprint)) else {
+            let finding = |detail: &str| {
+                Finding::new(
+                    "stuck_claim",
+                    provider.unwrap_or(ProviderId::Generic),
+                    claim.key.to_string(),
+                    detail,
+                )
+            };
+            let (Some(provider), Ok(kind)) =
+                (provider, ClaimedFacts::parse_kind(&claim.fingerprint))
+            else {
                 report.needs_human.push(finding("claim facts unreadable"));
                 continue;
             };
-            let event = NormalisedEvent { provider, event_id: format!("resume:{}", claim.key), event_type: RESUME_EVENT_TYPE.into(), kind, transaction_id: None };
+            let event = NormalisedEvent {
+                provider,
+                event_id: format!("resume:{}", claim.key),
+                event_type: RESUME_EVENT_TYPE.into(),
+                kind,
+                transaction_id: None,
+            };
             let answer = self.process(&event, &claim.fingerprint).await;
             report.file(answer, finding("resumed"));
         }
@@ -225,11 +269,18 @@ impl<A: ProviderApi> Reconciler<'_, A> {
     /// Failed deliveries, oldest first from the stored cursor. A re-drive the store could not
     /// finish stops the step there (the next pass resumes from it); any answer marks the
     /// delivery and moves the cursor past it.
-    async fn redrive_failed_deliveries(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+    async fn redrive_failed_deliveries(
+        &self,
+        report: &mut Report,
+        budget: Budget,
+    ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         let start = format!("{:013}", (now_ms() - self.settings.failed_window_ms).max(0));
         let mut after = store.cursor(FAILED_CURSOR).await?.unwrap_or(start);
-        let filter = LogFilter { outcome: Some(Outcome::Failed), ..LogFilter::default() };
+        let filter = LogFilter {
+            outcome: Some(Outcome::Failed),
+            ..LogFilter::default()
+        };
         let mut handled = 0;
         'pages: loop {
             let page = store.query_oldest_first(&filter, 100, &after).await?;
@@ -243,8 +294,21 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                 }
                 if d.replay_of.is_none() && d.redriven.is_none() {
                     handled += 1;
-                    let finding = Finding::new("failed_delivery", d.provider, d.id.clone(), d.event_id.clone());
-                    match redrive(self.pipeline, self.providers, &d, "reconcile", self.settings.lease_ms).await {
+                    let finding = Finding::new(
+                        "failed_delivery",
+                        d.provider,
+                        d.id.clone(),
+                        d.event_id.clone(),
+                    );
+                    match redrive(
+                        self.pipeline,
+                        self.providers,
+                        &d,
+                        "reconcile",
+                        self.settings.lease_ms,
+                    )
+                    .await
+                    {
                         Ok(answer) => {
                             store.mark_redriven(&d, answer.outcome).await?;
                             report.file(Ok(answer), finding);
@@ -258,7 +322,10 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                             store.mark_redriven(&d, Outcome::Failed).await?;
                             let mut f = finding;
                             f.reason = Some(e.to_string());
-                            f.resolve = Some(format!("payhook events --event-id {} --format json", d.event_id));
+                            f.resolve = Some(format!(
+                                "payhook events --event-id {} --format json",
+                                d.event_id
+                            ));
                             report.needs_human.push(f);
                         }
                     }
@@ -272,9 +339,17 @@ impl<A: ProviderApi> Reconciler<'_, A> {
 
     /// Parked refunds (their payment was not PAID when they came): one re-drive per key once the
     /// payment is PAID, which marks every parked delivery of that key.
-    async fn redrive_parked_refunds(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+    async fn redrive_parked_refunds(
+        &self,
+        report: &mut Report,
+        budget: Budget,
+    ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
-        let filter = LogFilter { outcome: Some(Outcome::Parked), since_ms: Some(now_ms() - self.settings.parked_window_ms), ..LogFilter::default() };
+        let filter = LogFilter {
+            outcome: Some(Outcome::Parked),
+            since_ms: Some(now_ms() - self.settings.parked_window_ms),
+            ..LogFilter::default()
+        };
         let mut parked: Vec<Delivery> = Vec::new();
         let mut cursor = None;
         loop {
@@ -300,17 +375,41 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                 report.deferred.push("parked_refunds");
                 break;
             }
-            let Some(newest) = deliveries.last() else { continue };
-            let finding = Finding::new("parked_refund", newest.provider, key.to_string(), newest.event_id.clone());
-            let paid = match (newest.reference.as_ref(), store.with_body(newest).await.map(|d| event_of(self.providers, &d))) {
-                (Some(r), Ok(Ok(_))) => store.payment(newest.provider, r).await?.is_some_and(|p| p.status.is_paid()),
+            let Some(newest) = deliveries.last() else {
+                continue;
+            };
+            let finding = Finding::new(
+                "parked_refund",
+                newest.provider,
+                key.to_string(),
+                newest.event_id.clone(),
+            );
+            let paid = match (
+                newest.reference.as_ref(),
+                store
+                    .with_body(newest)
+                    .await
+                    .map(|d| event_of(self.providers, &d)),
+            ) {
+                (Some(r), Ok(Ok(_))) => store
+                    .payment(newest.provider, r)
+                    .await?
+                    .is_some_and(|p| p.status.is_paid()),
                 _ => false,
             };
             if !paid {
                 report.waiting.push(finding);
                 continue;
             }
-            match redrive(self.pipeline, self.providers, newest, "reconcile", self.settings.lease_ms).await {
+            match redrive(
+                self.pipeline,
+                self.providers,
+                newest,
+                "reconcile",
+                self.settings.lease_ms,
+            )
+            .await
+            {
                 Ok(answer) => {
                     for d in &deliveries {
                         store.mark_redriven(d, answer.outcome).await?;
@@ -323,23 +422,32 @@ impl<A: ProviderApi> Reconciler<'_, A> {
         Ok(())
     }
 
-    async fn ask_about_open_payments(&self, report: &mut Report, budget: Budget) -> Result<(), StoreError> {
+    async fn ask_about_open_payments(
+        &self,
+        report: &mut Report,
+        budget: Budget,
+    ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         let before = now_ms() - self.settings.pending_after_ms;
         let mut open = Vec::new();
         for status in [PaymentStatus::Pending, PaymentStatus::Processing] {
-            open.extend(store.open_payments(status, before, self.settings.max_items).await?);
+            open.extend(
+                store
+                    .open_payments(status, before, self.settings.max_items)
+                    .await?,
+            );
         }
-        let results: Vec<Option<(Result<Answer, String>, Finding, Bucket)>> = futures::stream::iter(open.iter())
-            .map(|p| async move {
-                if budget.spent() {
-                    return None;
-                }
-                Some(self.settle_payment(p).await)
-            })
-            .buffer_unordered(self.settings.concurrency.max(1))
-            .collect()
-            .await;
+        let results: Vec<Option<(Result<Answer, String>, Finding, Bucket)>> =
+            futures::stream::iter(open.iter())
+                .map(|p| async move {
+                    if budget.spent() {
+                        return None;
+                    }
+                    Some(self.settle_payment(p).await)
+                })
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
         if results.iter().any(Option::is_none) {
             report.deferred.push("open_payments");
         }
@@ -356,13 +464,22 @@ impl<A: ProviderApi> Reconciler<'_, A> {
 
     /// Asks the provider about one payment and acts on its answer.
     async fn settle_payment(&self, p: &PaymentRecord) -> (Result<Answer, String>, Finding, Bucket) {
-        let mut finding = Finding::new("open_payment", p.provider, p.reference.to_string(), "provider API");
+        let mut finding = Finding::new(
+            "open_payment",
+            p.provider,
+            p.reference.to_string(),
+            "provider API",
+        );
         let not_yet = |f: Finding| (Err(String::new()), f, Bucket::StillUnknown);
         let Some(adapter) = self.providers.get(p.provider) else {
             finding.detail = "provider not configured here".into();
             return not_yet(finding);
         };
-        let body = match self.api.fetch(p.provider, &adapter.api_path(&p.reference)).await {
+        let body = match self
+            .api
+            .fetch(p.provider, &adapter.api_path(&p.reference))
+            .await
+        {
             Ok(Some(body)) => body,
             Ok(None) => return self.not_final(p, finding, "not found").await,
             Err(e) => {
@@ -390,15 +507,27 @@ impl<A: ProviderApi> Reconciler<'_, A> {
             ProviderTruth::Failed { status } => {
                 finding.provider_answer = Some(serde_json::json!({ "status": status }));
                 EventKind::PaymentState {
-                    facts: StateFacts { reference: p.reference.clone(), account: None, money: None },
+                    facts: StateFacts {
+                        reference: p.reference.clone(),
+                        account: None,
+                        money: None,
+                    },
                     to: PaymentStatus::Failed,
                 }
             }
             ProviderTruth::NotFinal { status } => return self.not_final(p, finding, status).await,
             ProviderTruth::NotFound => return self.not_final(p, finding, "not found").await,
         };
-        let event = NormalisedEvent { provider: p.provider, event_id: format!("reconcile:{}", p.reference), event_type: "reconcile.provider_api".into(), kind, transaction_id: None };
-        let body = serde_json::json!({ "reconciled": p.reference.as_str(), "provider": p.provider }).to_string();
+        let event = NormalisedEvent {
+            provider: p.provider,
+            event_id: format!("reconcile:{}", p.reference),
+            event_type: "reconcile.provider_api".into(),
+            kind,
+            transaction_id: None,
+        };
+        let body =
+            serde_json::json!({ "reconciled": p.reference.as_str(), "provider": p.provider })
+                .to_string();
         let answer = self.process(&event, &body).await;
         (answer, finding, Bucket::Pipeline)
     }
@@ -406,15 +535,28 @@ impl<A: ProviderApi> Reconciler<'_, A> {
     /// The provider has no final word yet: ask again next pass, unless the payment has been
     /// open past the give-up horizon, in which case it leaves the open index (its webhook can
     /// still pay it).
-    async fn not_final(&self, p: &PaymentRecord, mut finding: Finding, status: &str) -> (Result<Answer, String>, Finding, Bucket) {
+    async fn not_final(
+        &self,
+        p: &PaymentRecord,
+        mut finding: Finding,
+        status: &str,
+    ) -> (Result<Answer, String>, Finding, Bucket) {
         finding.provider_answer = Some(serde_json::json!({ "status": status }));
         let age_ms = now_ms() - p.created_at_ms;
         if age_ms < self.settings.give_up_after_ms {
             finding.detail = format!("provider says {status}");
             return (Err(String::new()), finding, Bucket::StillUnknown);
         }
-        let note = format!("reconciliation stopped asking: provider says {status} after {} h", age_ms / 3_600_000);
-        match self.pipeline.store().stop_asking(p.provider, &p.reference, p.status, &note).await {
+        let note = format!(
+            "reconciliation stopped asking: provider says {status} after {} h",
+            age_ms / 3_600_000
+        );
+        match self
+            .pipeline
+            .store()
+            .stop_asking(p.provider, &p.reference, p.status, &note)
+            .await
+        {
             Ok(_) => {
                 finding.detail = note;
                 (Err(String::new()), finding, Bucket::Abandoned)

@@ -18,5 +18,9 @@ pub enum StoreError {
     },
     /// An item exists but does not have the shape this code writes: never guess with money.
     #[error("item {key} in {table} is malformed: {reason}")]
-    Corrupt { table: String, key: String, reason: String },
+    Corrupt {
+        table: String,
+        key: String,
+        reason: String,
+    },
 }

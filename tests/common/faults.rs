@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::config::interceptors::{
-    BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextMut, FinalizerInterceptorContextRef,
+    BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextMut,
+    FinalizerInterceptorContextRef,
 };
-use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
-use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+use aws_smithy_runtime_api::client::result::ConnectorError;
 
 /// What goes wrong at the chosen call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +30,13 @@ pub enum Fault {
     LostReplyRetried,
 }
 
-pub const ALL_FAULTS: [Fault; 5] =
-    [Fault::CrashAfter, Fault::LostReply, Fault::Throttle, Fault::ServerError, Fault::LostReplyRetried];
+pub const ALL_FAULTS: [Fault; 5] = [
+    Fault::CrashAfter,
+    Fault::LostReply,
+    Fault::Throttle,
+    Fault::ServerError,
+    Fault::LostReplyRetried,
+];
 
 /// One simulated invocation's plan and progress.
 #[derive(Debug, Default)]
@@ -44,7 +50,10 @@ pub struct Invocation {
 
 impl Invocation {
     pub fn new(plan: Option<(usize, Fault)>) -> Arc<Self> {
-        Arc::new(Invocation { plan, ..Invocation::default() })
+        Arc::new(Invocation {
+            plan,
+            ..Invocation::default()
+        })
     }
     pub fn fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
@@ -81,7 +90,11 @@ impl Intercept for FaultInjector {
         "tests.FaultInjector"
     }
 
-    fn read_before_execution(&self, _: &BeforeSerializationInterceptorContextRef<'_>, _: &mut ConfigBag) -> Result<(), BoxError> {
+    fn read_before_execution(
+        &self,
+        _: &BeforeSerializationInterceptorContextRef<'_>,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
         INVOCATION
             .try_with(|inv| {
                 if inv.dead.load(Ordering::SeqCst) {
@@ -114,21 +127,32 @@ impl Intercept for FaultInjector {
     ) -> Result<(), BoxError> {
         let _ = INVOCATION.try_with(|inv| {
             let n = inv.current.load(Ordering::SeqCst);
-            if inv.plan == Some((n, Fault::LostReplyRetried)) && !inv.fired.swap(true, Ordering::SeqCst) {
+            if inv.plan == Some((n, Fault::LostReplyRetried))
+                && !inv.fired.swap(true, Ordering::SeqCst)
+            {
                 if let Some(out) = ctx.output_or_error_mut() {
-                    *out = Err(OrchestratorError::connector(ConnectorError::timeout(Box::new(Injected("reply lost")))));
+                    *out = Err(OrchestratorError::connector(ConnectorError::timeout(
+                        Box::new(Injected("reply lost")),
+                    )));
                 }
             }
         });
         Ok(())
     }
 
-    fn read_after_execution(&self, _: &FinalizerInterceptorContextRef<'_>, _: &RuntimeComponents, _: &mut ConfigBag) -> Result<(), BoxError> {
+    fn read_after_execution(
+        &self,
+        _: &FinalizerInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
         INVOCATION
             .try_with(|inv| {
                 let n = inv.current.load(Ordering::SeqCst);
                 match inv.plan {
-                    Some((at, fault @ (Fault::CrashAfter | Fault::LostReply))) if at == n && !inv.fired.load(Ordering::SeqCst) => {
+                    Some((at, fault @ (Fault::CrashAfter | Fault::LostReply)))
+                        if at == n && !inv.fired.load(Ordering::SeqCst) =>
+                    {
                         inv.fired.store(true, Ordering::SeqCst);
                         if fault == Fault::CrashAfter {
                             inv.dead.store(true, Ordering::SeqCst);

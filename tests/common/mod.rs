@@ -46,7 +46,9 @@ pub fn endpoint() -> String {
                 .spawn()
                 .expect("start dynalite: run `npm ci` first");
             let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("dynalite port");
+            BufReader::new(child.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("dynalite port");
             let port: u16 = line.trim().parse().expect("dynalite printed its port");
             *DYNALITE.lock().unwrap() = Some(child);
             format!("http://127.0.0.1:{port}")
@@ -85,7 +87,9 @@ pub fn settings() -> StoreSettings {
 /// A store over freshly created, uniquely named tables.
 pub async fn store(name: &str) -> DynamoStore {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_test_writer()
         .try_init();
     let tables = TableNames::with_prefix(&unique_prefix(name));
@@ -109,7 +113,10 @@ pub async fn store_layout(store: &DynamoStore, index_shards: u32) {
         .table_name(store.tables().ledger.clone())
         .item("pk", S("#layout".into()))
         .item("sk", S("#layout".into()))
-        .item("ledger_shards", N(payhook::ledger::Layout::DEFAULT_LEDGER_SHARDS.to_string()))
+        .item(
+            "ledger_shards",
+            N(payhook::ledger::Layout::DEFAULT_LEDGER_SHARDS.to_string()),
+        )
         .item("index_shards", N(index_shards.to_string()))
         .send()
         .await
@@ -118,7 +125,11 @@ pub async fn store_layout(store: &DynamoStore, index_shards: u32) {
 
 /// The same tables through a differently configured client (interceptors, faults).
 pub fn store_with(base: &DynamoStore, conf: aws_sdk_dynamodb::config::Builder) -> DynamoStore {
-    DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(conf.build()), base.tables().clone(), base.settings())
+    DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(conf.build()),
+        base.tables().clone(),
+        base.settings(),
+    )
 }
 
 pub fn config(lease_ms: i64) -> Config {
@@ -144,14 +155,21 @@ pub fn now_s() -> i64 {
 }
 
 /// A generic payment.succeeded body in the contract's shape.
-pub fn payment_body(event_id: &str, reference: &str, account: &str, amount: i64, currency: &str) -> String {
+pub fn payment_body(
+    event_id: &str,
+    reference: &str,
+    account: &str,
+    amount: i64,
+    currency: &str,
+) -> String {
     format!(
         r#"{{"id":"{event_id}","type":"payment.succeeded","created":1764670000,"data":{{"reference":"{reference}","account":"{account}","amount":{amount},"currency":"{currency}"}}}}"#
     )
 }
 
 pub fn event_body(event_id: &str, kind: &str, data: serde_json::Value) -> String {
-    serde_json::json!({"id": event_id, "type": kind, "created": 1764670000, "data": data}).to_string()
+    serde_json::json!({"id": event_id, "type": kind, "created": 1764670000, "data": data})
+        .to_string()
 }
 
 /// A request signed the Standard Webhooks way with `secret` at `ts_s`.
@@ -188,18 +206,45 @@ impl Resp {
 
 /// Sends a request through the real router (no network).
 pub async fn send(app: &Arc<App>, req: Request<Body>) -> Resp {
-    let res = payhook::http::router(app.clone()).oneshot(req).await.unwrap();
+    let res = payhook::http::router(app.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
     let status = res.status().as_u16();
-    let replayed = res.headers().get("idempotent-replayed").is_some_and(|v| v == "true");
-    let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
-    Resp { status, replayed, retry_after, body: String::from_utf8(bytes.to_vec()).unwrap() }
+    let replayed = res
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let retry_after = res
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    Resp {
+        status,
+        replayed,
+        retry_after,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
 }
 
 /// Every item of a table (tests only; the code never scans).
-pub async fn scan(store: &DynamoStore, table: &str) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+pub async fn scan(
+    store: &DynamoStore,
+    table: &str,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
     let mut items = Vec::new();
-    let mut pages = store.client().scan().table_name(table).consistent_read(true).into_paginator().items().send();
+    let mut pages = store
+        .client()
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
     while let Some(item) = pages.next().await {
         items.push(item.unwrap());
     }
@@ -213,7 +258,13 @@ pub async fn counts(store: &DynamoStore) -> [usize; 4] {
         scan(store, &t.idempotency).await.len(),
         scan(store, &t.payments).await.len(),
         // The stored layout is the ledger table's one non-entry item.
-        scan(store, &t.ledger).await.iter().filter(|i| i.get("pk").and_then(|v| v.as_s().ok()).map(String::as_str) != Some("#layout")).count(),
+        scan(store, &t.ledger)
+            .await
+            .iter()
+            .filter(|i| {
+                i.get("pk").and_then(|v| v.as_s().ok()).map(String::as_str) != Some("#layout")
+            })
+            .count(),
         scan(store, &t.events).await.len(),
     ]
 }

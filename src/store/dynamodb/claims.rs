@@ -33,11 +33,18 @@ fn to_record(item: &Item, table: &str) -> Result<ClaimRecord, StoreError> {
         DONE => {
             let status = u16::try_from(r.num("response_status")?)
                 .map_err(|_| r.corrupt("response_status out of range"))?;
-            ClaimState::Done(StoredResponse { status, body: r.str("response_body")?.to_owned() })
+            ClaimState::Done(StoredResponse {
+                status,
+                body: r.str("response_body")?.to_owned(),
+            })
         }
         other => return Err(r.corrupt(format!("unknown status {other}"))),
     };
-    Ok(ClaimRecord { key, state, fingerprint })
+    Ok(ClaimRecord {
+        key,
+        state,
+        fingerprint,
+    })
 }
 
 impl DynamoStore {
@@ -114,7 +121,9 @@ impl DynamoStore {
                 "SET #owner = :t, lease_expires_at_ms = :lease, updated_at_ms = :now, \
                  takeovers = if_not_exists(takeovers, :zero) + :one",
             )
-            .condition_expression("#owner = :prev AND #status = :inprog AND lease_expires_at_ms <= :now")
+            .condition_expression(
+                "#owner = :prev AND #status = :inprog AND lease_expires_at_ms <= :now",
+            )
             .expression_attribute_names("#owner", "owner")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":t", s(token.as_str()))
@@ -143,7 +152,12 @@ impl Claims for DynamoStore {
         let token = OwnerToken::generate();
         for _ in 0..CLAIM_ROUNDS {
             let existing = match self.put_claim(key, fingerprint, &token, lease_ms).await? {
-                Ok(()) => return Ok(ClaimOutcome::Claimed { token, took_over: false }),
+                Ok(()) => {
+                    return Ok(ClaimOutcome::Claimed {
+                        token,
+                        took_over: false,
+                    })
+                }
                 Err(Some(old)) => Some(old),
                 // The server did not return the item that failed our condition: read it.
                 Err(None) => self.read_claim(key).await?,
@@ -154,14 +168,22 @@ impl Claims for DynamoStore {
             match judge_existing(&record, fingerprint, now_ms(), &token) {
                 Existing::Decided(outcome) => return Ok(outcome),
                 Existing::TakeOver { previous_owner } => {
-                    if self.take_over(key, &previous_owner, &token, lease_ms).await? {
-                        return Ok(ClaimOutcome::Claimed { token, took_over: true });
+                    if self
+                        .take_over(key, &previous_owner, &token, lease_ms)
+                        .await?
+                    {
+                        return Ok(ClaimOutcome::Claimed {
+                            token,
+                            took_over: true,
+                        });
                     }
                     // Someone else took it over or finished it first: judge again.
                 }
             }
         }
-        Ok(ClaimOutcome::InFlight { retry_after_ms: 1_000 })
+        Ok(ClaimOutcome::InFlight {
+            retry_after_ms: 1_000,
+        })
     }
 
     async fn finalize(
@@ -191,7 +213,10 @@ impl Claims for DynamoStore {
             .expression_attribute_values(":rs", n(i64::from(response.status)))
             .expression_attribute_values(":rb", s(response.body.as_str()))
             .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":exp", n(expires_at_s(now, self.settings.claim_retention_s)))
+            .expression_attribute_values(
+                ":exp",
+                n(expires_at_s(now, self.settings.claim_retention_s)),
+            )
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -212,7 +237,10 @@ impl Claims for DynamoStore {
         }
         // Not ours any more: a successor took over. Its answer stands if it finished.
         let stored = match old.map(|item| to_record(&item, table)).transpose()? {
-            Some(ClaimRecord { state: ClaimState::Done(resp), .. }) => Some(resp),
+            Some(ClaimRecord {
+                state: ClaimState::Done(resp),
+                ..
+            }) => Some(resp),
             _ => None,
         };
         Ok(FinalizeOutcome::Superseded(stored))
@@ -241,16 +269,29 @@ impl Claims for DynamoStore {
 
     async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError> {
         let item = self.read_claim(key).await?;
-        item.map(|i| to_record(&i, &self.tables.idempotency)).transpose()
+        item.map(|i| to_record(&i, &self.tables.idempotency))
+            .transpose()
     }
 }
 
 impl DynamoStore {
     /// IN_PROGRESS claims whose lease expired before `now_ms`, oldest first, from the sparse
     /// `open` index (eventually consistent: reconciliation re-judges each under a condition).
-    pub async fn stuck_claims(&self, now_ms: i64, limit: usize) -> Result<Vec<ClaimRecord>, StoreError> {
+    pub async fn stuck_claims(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
         let table = self.tables.idempotency.clone();
-        self.read_open(&table, "lease_expires_at_ms", IN_PROGRESS, now_ms, limit, to_record).await
+        self.read_open(
+            &table,
+            "lease_expires_at_ms",
+            IN_PROGRESS,
+            now_ms,
+            limit,
+            to_record,
+        )
+        .await
     }
 }
 
@@ -261,7 +302,8 @@ impl DynamoStore {
     pub(crate) async fn oldest_claim_created_ms(&self) -> Result<Option<i64>, StoreError> {
         let table = self.tables.idempotency.clone();
         let layout = crate::ledger::Ledger::layout(self).await?;
-        let keys = std::iter::once(IN_PROGRESS.to_owned()).chain((0..layout.index_shards).map(|n| format!("{IN_PROGRESS}#{n}")));
+        let keys = std::iter::once(IN_PROGRESS.to_owned())
+            .chain((0..layout.index_shards).map(|n| format!("{IN_PROGRESS}#{n}")));
         let reads = keys.map(|key| {
             let table = table.clone();
             async move {
@@ -280,7 +322,9 @@ impl DynamoStore {
                 while let Some(item) = pages.next().await {
                     let item = item.map_err(|e| unavailable("Query", &table, e))?;
                     // Claims taken before `created_at_ms` was projected count as taken at 0.
-                    let at = Reader::new(&item, &table).opt_num("created_at_ms")?.unwrap_or(0);
+                    let at = Reader::new(&item, &table)
+                        .opt_num("created_at_ms")?
+                        .unwrap_or(0);
                     oldest = Some(oldest.map_or(at, |o| o.min(at)));
                 }
                 Ok::<_, StoreError>(oldest)

@@ -37,7 +37,10 @@ fn body_attribute(body: &str) -> (&'static str, AttributeValue) {
     if body.len() >= COMPRESS_FROM_BYTES {
         let z = miniz_oxide::deflate::compress_to_vec(body.as_bytes(), 6);
         if z.len() * 10 < body.len() * 9 {
-            return ("body_z", AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(z)));
+            return (
+                "body_z",
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(z)),
+            );
         }
     }
     ("raw_body", s(body))
@@ -48,10 +51,17 @@ fn body_of(item: &Item, r: &Reader<'_>) -> Result<Option<String>, StoreError> {
     if let Some(text) = r.opt_str("raw_body") {
         return Ok(Some(text.to_owned()));
     }
-    let Some(AttributeValue::B(z)) = item.get("body_z") else { return Ok(None) };
-    let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(z.as_ref(), crate::config::MAX_BODY_BYTES)
-        .map_err(|_| r.corrupt("body_z does not inflate"))?;
-    String::from_utf8(bytes).map(Some).map_err(|_| r.corrupt("body_z is not UTF-8"))
+    let Some(AttributeValue::B(z)) = item.get("body_z") else {
+        return Ok(None);
+    };
+    let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(
+        z.as_ref(),
+        crate::config::MAX_BODY_BYTES,
+    )
+    .map_err(|_| r.corrupt("body_z does not inflate"))?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| r.corrupt("body_z is not UTF-8"))
 }
 
 fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
@@ -61,15 +71,24 @@ fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
         provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
         event_id: r.str("event_id")?.to_owned(),
         event_type: r.str("event_type")?.to_owned(),
-        key: r.opt_str("key").map(|k| IdempotencyKey::from_stored(k.to_owned())),
-        reference: r.opt_str("reference").map(Reference::parse).transpose().map_err(|_| r.corrupt("reference"))?,
+        key: r
+            .opt_str("key")
+            .map(|k| IdempotencyKey::from_stored(k.to_owned())),
+        reference: r
+            .opt_str("reference")
+            .map(Reference::parse)
+            .transpose()
+            .map_err(|_| r.corrupt("reference"))?,
         outcome: r.parsed("outcome", |t| Outcome::parse(t).ok_or(()))?,
         http_status: u16::try_from(r.num("http_status")?).map_err(|_| r.corrupt("http_status"))?,
         received_at_ms: r.num("received_at_ms")?,
         raw_body: body_of(item, &r)?,
         replay_of: r.opt_str("replay_of").map(str::to_owned),
         started_by: r.opt_str("started_by").map(str::to_owned),
-        redriven: r.opt_str("redriven").map(|o| Outcome::parse(o).ok_or_else(|| r.corrupt("redriven"))).transpose()?,
+        redriven: r
+            .opt_str("redriven")
+            .map(|o| Outcome::parse(o).ok_or_else(|| r.corrupt("redriven")))
+            .transpose()?,
     })
 }
 
@@ -81,7 +100,9 @@ fn cursor_key(name: &str) -> (AttributeValue, AttributeValue) {
 
 fn matches(d: &Delivery, f: &LogFilter) -> bool {
     f.provider.is_none_or(|p| p == d.provider)
-        && f.reference.as_ref().is_none_or(|r| d.reference.as_ref() == Some(r))
+        && f.reference
+            .as_ref()
+            .is_none_or(|r| d.reference.as_ref() == Some(r))
         && f.event_id.as_ref().is_none_or(|e| *e == d.event_id)
         && f.outcome.is_none_or(|o| o == d.outcome)
 }
@@ -104,7 +125,8 @@ impl DynamoStore {
         want: usize,
         filter: &LogFilter,
     ) -> Result<Vec<Delivery>, StoreError> {
-        self.read_partition_in(p, (lower, upper), want, filter, false).await
+        self.read_partition_in(p, (lower, upper), want, filter, false)
+            .await
     }
 
     /// Reads `partition` between `bounds` (both exclusive of a cursor: ids equal to either bound
@@ -141,7 +163,11 @@ impl DynamoStore {
             for item in out.items() {
                 let d = to_delivery(item, table)?;
                 // BETWEEN is inclusive; a cursor bound must be exclusive.
-                let inside = if forward { d.id.as_str() > lower } else { d.id.as_str() < upper };
+                let inside = if forward {
+                    d.id.as_str() > lower
+                } else {
+                    d.id.as_str() < upper
+                };
                 if inside && matches(&d, filter) {
                     found.push(d);
                 }
@@ -155,13 +181,29 @@ impl DynamoStore {
 
     /// One group per day, newest day first; each group is the day's shards (and its unsharded
     /// key, written before shards existed).
-    fn day_partitions(&self, index: &'static str, attr: &'static str, prefix: &str, since_ms: i64, until_ms: i64, shards: u32) -> Vec<Vec<Partition>> {
+    fn day_partitions(
+        &self,
+        index: &'static str,
+        attr: &'static str,
+        prefix: &str,
+        since_ms: i64,
+        until_ms: i64,
+        shards: u32,
+    ) -> Vec<Vec<Partition>> {
         let mut days = Vec::new();
         let mut day_ms = until_ms.saturating_sub(1);
         while day_ms >= since_ms.div_euclid(DAY_MS) * DAY_MS {
             let day = format!("{prefix}{}", utc_day(day_ms));
-            let keys = std::iter::once(day.clone()).chain((0..shards).map(|n| format!("{day}#{n}")));
-            days.push(keys.map(|hash| Partition { index: Some(index), hash_attr: attr, hash }).collect());
+            let keys =
+                std::iter::once(day.clone()).chain((0..shards).map(|n| format!("{day}#{n}")));
+            days.push(
+                keys.map(|hash| Partition {
+                    index: Some(index),
+                    hash_attr: attr,
+                    hash,
+                })
+                .collect(),
+            );
             day_ms -= DAY_MS;
         }
         days
@@ -171,18 +213,28 @@ impl DynamoStore {
     /// first, so reading can stop after a group once a page is full; a single group (a
     /// reference's or an event's partitions, one per provider) overlaps in time and is merged.
     async fn plan(&self, f: &LogFilter) -> Result<Vec<Vec<Partition>>, StoreError> {
-        let providers: Vec<ProviderId> = f.provider.map_or_else(|| ProviderId::ALL.to_vec(), |p| vec![p]);
+        let providers: Vec<ProviderId> = f
+            .provider
+            .map_or_else(|| ProviderId::ALL.to_vec(), |p| vec![p]);
         if let Some(r) = &f.reference {
             let parts = providers
                 .iter()
-                .map(|p| Partition { index: None, hash_attr: "pk", hash: format!("ref#{p}#{r}") })
+                .map(|p| Partition {
+                    index: None,
+                    hash_attr: "pk",
+                    hash: format!("ref#{p}#{r}"),
+                })
                 .collect();
             return Ok(vec![parts]);
         }
         if let Some(e) = &f.event_id {
             let parts = providers
                 .iter()
-                .map(|p| Partition { index: Some("by_event"), hash_attr: "event_key", hash: format!("{p}#{e}") })
+                .map(|p| Partition {
+                    index: Some("by_event"),
+                    hash_attr: "event_key",
+                    hash: format!("{p}#{e}"),
+                })
                 .collect();
             return Ok(vec![parts]);
         }
@@ -194,9 +246,14 @@ impl DynamoStore {
         Ok(match f.outcome {
             // Only outcomes that need attention are in the sparse outcome index; the others are
             // read by day and filtered on the projected outcome.
-            Some(o) if o.needs_attention() => {
-                self.day_partitions("by_outcome", "outcome_bucket", &format!("{o}#"), since, until, shards)
-            }
+            Some(o) if o.needs_attention() => self.day_partitions(
+                "by_outcome",
+                "outcome_bucket",
+                &format!("{o}#"),
+                since,
+                until,
+                shards,
+            ),
             _ => self.day_partitions("by_time", "time_bucket", "", since, until, shards),
         })
     }
@@ -206,7 +263,9 @@ impl EventLog for DynamoStore {
     async fn append(&self, d: &Delivery) -> Result<(), StoreError> {
         let table = &self.tables.events;
         let day = utc_day(d.received_at_ms);
-        let shard = crate::ledger::Ledger::placement_layout(self).await?.index_shard(&d.id);
+        let shard = crate::ledger::Ledger::placement_layout(self)
+            .await?
+            .index_shard(&d.id);
         let mut put = self
             .client
             .put_item()
@@ -221,7 +280,13 @@ impl EventLog for DynamoStore {
             .item("outcome", s(d.outcome.as_str()))
             .item("http_status", n(i64::from(d.http_status)))
             .item("received_at_ms", n(d.received_at_ms))
-            .item("expires_at_s", n(expires_at_s(d.received_at_ms, self.settings.log_retention_s)))
+            .item(
+                "expires_at_s",
+                n(expires_at_s(
+                    d.received_at_ms,
+                    self.settings.log_retention_s,
+                )),
+            )
             // Append-only: a delivery id is written once.
             .condition_expression("attribute_not_exists(sk)");
         if d.outcome.needs_attention() {
@@ -249,16 +314,31 @@ impl EventLog for DynamoStore {
         }
     }
 
-    async fn query(&self, filter: &LogFilter, limit: usize, cursor: Option<&str>) -> Result<LogPage, StoreError> {
+    async fn query(
+        &self,
+        filter: &LogFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LogPage, StoreError> {
         let limit = limit.max(1);
         let until_key = filter.until_ms.map(|u| format!("{u:013}"));
-        let upper = [cursor, until_key.as_deref()].into_iter().flatten().min().unwrap_or(TOP).to_owned();
-        let lower = filter.since_ms.map(|s| format!("{s:013}")).unwrap_or_else(|| "0".into());
+        let upper = [cursor, until_key.as_deref()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(TOP)
+            .to_owned();
+        let lower = filter
+            .since_ms
+            .map(|s| format!("{s:013}"))
+            .unwrap_or_else(|| "0".into());
         let groups = self.plan(filter).await?;
         let mut found = Vec::new();
         for group in &groups {
             // A day's shards are read at once: they are independent partitions.
-            let reads = group.iter().map(|p| self.read_partition(p, &upper, &lower, limit + 1, filter));
+            let reads = group
+                .iter()
+                .map(|p| self.read_partition(p, &upper, &lower, limit + 1, filter));
             for part in futures::future::try_join_all(reads).await? {
                 found.extend(part);
             }
@@ -270,21 +350,46 @@ impl EventLog for DynamoStore {
         found.sort_by(|a, b| b.id.cmp(&a.id));
         let more = found.len() > limit;
         found.truncate(limit);
-        let next = if more { found.last().map(|d| d.id.clone()) } else { None };
-        Ok(LogPage { deliveries: found, next })
+        let next = if more {
+            found.last().map(|d| d.id.clone())
+        } else {
+            None
+        };
+        Ok(LogPage {
+            deliveries: found,
+            next,
+        })
     }
 
-    async fn query_oldest_first(&self, filter: &LogFilter, limit: usize, after: &str) -> Result<Vec<Delivery>, StoreError> {
+    async fn query_oldest_first(
+        &self,
+        filter: &LogFilter,
+        limit: usize,
+        after: &str,
+    ) -> Result<Vec<Delivery>, StoreError> {
         let limit = limit.max(1);
         let since = format!("{:013}", filter.since_ms.unwrap_or(0));
-        let lower = if after > since.as_str() { after.to_owned() } else { since };
-        let upper = filter.until_ms.map_or_else(|| TOP.to_owned(), |u| format!("{u:013}"));
-        let mut groups = self.plan(&LogFilter { since_ms: id_ms(&lower).or(filter.since_ms), ..filter.clone() }).await?;
+        let lower = if after > since.as_str() {
+            after.to_owned()
+        } else {
+            since
+        };
+        let upper = filter
+            .until_ms
+            .map_or_else(|| TOP.to_owned(), |u| format!("{u:013}"));
+        let mut groups = self
+            .plan(&LogFilter {
+                since_ms: id_ms(&lower).or(filter.since_ms),
+                ..filter.clone()
+            })
+            .await?;
         // Day groups come newest first: walk them oldest first.
         groups.reverse();
         let mut found = Vec::new();
         for group in &groups {
-            let reads = group.iter().map(|p| self.read_partition_in(p, (&lower, &upper), limit, filter, true));
+            let reads = group
+                .iter()
+                .map(|p| self.read_partition_in(p, (&lower, &upper), limit, filter, true));
             for part in futures::future::try_join_all(reads).await? {
                 found.extend(part);
             }
@@ -354,7 +459,9 @@ impl EventLog for DynamoStore {
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        Ok(out.item.and_then(|i| Reader::new(&i, table).opt_str("after").map(str::to_owned)))
+        Ok(out
+            .item
+            .and_then(|i| Reader::new(&i, table).opt_str("after").map(str::to_owned)))
     }
 
     async fn save_cursor(&self, name: &str, to: &str) -> Result<(), StoreError> {

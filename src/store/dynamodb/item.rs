@@ -26,7 +26,11 @@ pub(crate) fn unavailable<E>(operation: &'static str, table: &str, err: E) -> St
 where
     E: std::error::Error + Send + Sync + 'static,
 {
-    StoreError::Unavailable { operation, table: table.to_owned(), source: Box::new(err) }
+    StoreError::Unavailable {
+        operation,
+        table: table.to_owned(),
+        source: Box::new(err),
+    }
 }
 
 /// Service errors that can mean "your condition was false".
@@ -75,7 +79,10 @@ where
     E: ConditionFailure + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    if let Some(item) = err.as_service_error().and_then(ConditionFailure::condition_item) {
+    if let Some(item) = err
+        .as_service_error()
+        .and_then(ConditionFailure::condition_item)
+    {
         return Ok(item);
     }
     Err(unavailable(operation, table, err))
@@ -94,7 +101,11 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn corrupt(&self, reason: impl Into<String>) -> StoreError {
         let key = self.opt_str("pk").unwrap_or("?").to_owned();
-        StoreError::Corrupt { table: self.table.to_owned(), key, reason: reason.into() }
+        StoreError::Corrupt {
+            table: self.table.to_owned(),
+            key,
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn opt_str(&self, name: &str) -> Option<&'a str> {
@@ -105,21 +116,24 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn str(&self, name: &str) -> Result<&'a str, StoreError> {
-        self.opt_str(name).ok_or_else(|| self.corrupt(format!("missing string {name}")))
+        self.opt_str(name)
+            .ok_or_else(|| self.corrupt(format!("missing string {name}")))
     }
 
     pub(crate) fn opt_num(&self, name: &str) -> Result<Option<i64>, StoreError> {
         match self.item.get(name) {
-            Some(AttributeValue::N(v)) => {
-                v.parse().map(Some).map_err(|_| self.corrupt(format!("{name} is not an integer")))
-            }
+            Some(AttributeValue::N(v)) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| self.corrupt(format!("{name} is not an integer"))),
             Some(_) => Err(self.corrupt(format!("{name} is not a number"))),
             None => Ok(None),
         }
     }
 
     pub(crate) fn num(&self, name: &str) -> Result<i64, StoreError> {
-        self.opt_num(name)?.ok_or_else(|| self.corrupt(format!("missing number {name}")))
+        self.opt_num(name)?
+            .ok_or_else(|| self.corrupt(format!("missing number {name}")))
     }
 
     pub(crate) fn str_set(&self, name: &str) -> Vec<String> {
@@ -137,7 +151,11 @@ impl<'a> Reader<'a> {
     }
 
     /// Parses a string attribute with `parse`, naming the attribute when it fails.
-    pub(crate) fn parsed<T, E>(&self, name: &str, parse: impl Fn(&str) -> Result<T, E>) -> Result<T, StoreError> {
+    pub(crate) fn parsed<T, E>(
+        &self,
+        name: &str,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<T, StoreError> {
         parse(self.str(name)?).map_err(|_| self.corrupt(format!("{name} is not valid")))
     }
 }

@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{AccountId, Currency, IdempotencyKey, Reference};
-use crate::ledger::{Balance, Ledger, Layout, PostOutcome, Posting};
+use crate::ledger::{Balance, Layout, Ledger, PostOutcome, Posting};
 use crate::store::StoreError;
 
 const LAYOUT_KEY: &str = "#layout";
@@ -71,14 +71,19 @@ fn to_checkpoint(item: &Item, table: &str) -> Result<Checkpoint, StoreError> {
     if let Some(AttributeValue::M(m)) = item.get("totals") {
         for (code, v) in m {
             let c = Currency::parse(code).map_err(|_| r.corrupt("totals currency"))?;
-            let amount = v.as_n().ok().and_then(|n| n.parse::<i64>().ok()).ok_or_else(|| r.corrupt("totals amount"))?;
+            let amount = v
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse::<i64>().ok())
+                .ok_or_else(|| r.corrupt("totals amount"))?;
             totals.insert(c, amount);
         }
     }
     Ok(Checkpoint {
         through: r.opt_str("through").map(str::to_owned),
         totals,
-        entries: u64::try_from(r.opt_num("entries")?.unwrap_or(0)).map_err(|_| r.corrupt("entries"))?,
+        entries: u64::try_from(r.opt_num("entries")?.unwrap_or(0))
+            .map_err(|_| r.corrupt("entries"))?,
         version: r.opt_num("version")?.unwrap_or(0),
     })
 }
@@ -106,7 +111,9 @@ fn to_posting(item: &Item, table: &str) -> Result<Posting, StoreError> {
 fn to_layout(item: &Item, table: &str) -> Result<Layout, StoreError> {
     let r = Reader::new(item, table);
     let count = |name: &str, default: u32| -> Result<u32, StoreError> {
-        r.opt_num(name)?.map_or(Ok(default), |n| u32::try_from(n).map_err(|_| r.corrupt(format!("{name} out of range"))))
+        r.opt_num(name)?.map_or(Ok(default), |n| {
+            u32::try_from(n).map_err(|_| r.corrupt(format!("{name} out of range")))
+        })
     };
     Ok(Layout {
         ledger_shards: count("ledger_shards", Layout::DEFAULT_LEDGER_SHARDS)?,
@@ -161,11 +168,15 @@ impl Ledger for DynamoStore {
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item.map_or(Ok(Layout::default()), |i| to_layout(&i, table))
+        out.item
+            .map_or(Ok(Layout::default()), |i| to_layout(&i, table))
     }
 
     async fn placement_layout(&self) -> Result<Layout, StoreError> {
-        self.layout_cache.get_or_try_init(|| self.layout()).await.copied()
+        self.layout_cache
+            .get_or_try_init(|| self.layout())
+            .await
+            .copied()
     }
 
     async fn grow_layout(&self, want: Layout) -> Result<Layout, StoreError> {
@@ -227,8 +238,13 @@ impl Ledger for DynamoStore {
 
     async fn balance(&self, account: &AccountId) -> Result<Balance, StoreError> {
         let layout = self.layout().await?;
-        let shards = (0..layout.ledger_shards.max(1)).map(|shard| self.shard_balance(account, shard));
-        let mut balance = Balance { account: account.clone(), balances: BTreeMap::new(), entries: 0 };
+        let shards =
+            (0..layout.ledger_shards.max(1)).map(|shard| self.shard_balance(account, shard));
+        let mut balance = Balance {
+            account: account.clone(),
+            balances: BTreeMap::new(),
+            entries: 0,
+        };
         for (totals, entries) in futures::future::try_join_all(shards).await? {
             for (currency, amount) in totals {
                 let sum = balance.balances.entry(currency).or_insert(0);
@@ -246,7 +262,13 @@ impl Ledger for DynamoStore {
 
 impl DynamoStore {
     /// Entries of one shard with a sort key after `after` (and at most `through`), in order.
-    async fn entries_after(&self, account: &AccountId, shard: u32, after: &str, through: Option<&str>) -> Result<Vec<Posting>, StoreError> {
+    async fn entries_after(
+        &self,
+        account: &AccountId,
+        shard: u32,
+        after: &str,
+        through: Option<&str>,
+    ) -> Result<Vec<Posting>, StoreError> {
         let table = &self.tables.ledger;
         let query = self
             .client
@@ -286,23 +308,37 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item.map_or(Ok(Checkpoint::default()), |i| to_checkpoint(&i, table))
+        out.item
+            .map_or(Ok(Checkpoint::default()), |i| to_checkpoint(&i, table))
     }
 
     /// One shard's totals and entry count: its checkpoint plus the entries after it. Rolls the
     /// checkpoint forward when many entries follow it (best effort: a failed roll only means
     /// the next read does it).
-    async fn shard_balance(&self, account: &AccountId, shard: u32) -> Result<(BTreeMap<Currency, i64>, u64), StoreError> {
+    async fn shard_balance(
+        &self,
+        account: &AccountId,
+        shard: u32,
+    ) -> Result<(BTreeMap<Currency, i64>, u64), StoreError> {
         let cp = self.checkpoint(account, shard).await?;
-        let recent = self.entries_after(account, shard, cp.through.as_deref().unwrap_or(CHECKPOINT), None).await?;
+        let recent = self
+            .entries_after(
+                account,
+                shard,
+                cp.through.as_deref().unwrap_or(CHECKPOINT),
+                None,
+            )
+            .await?;
         let mut totals = cp.totals.clone();
         for p in &recent {
             let sum = totals.entry(p.currency).or_insert(0);
-            *sum = sum.checked_add(p.amount_minor).ok_or_else(|| StoreError::Corrupt {
-                table: self.tables.ledger.clone(),
-                key: ledger_pk(account, shard),
-                reason: "a balance overflows".into(),
-            })?;
+            *sum = sum
+                .checked_add(p.amount_minor)
+                .ok_or_else(|| StoreError::Corrupt {
+                    table: self.tables.ledger.clone(),
+                    key: ledger_pk(account, shard),
+                    reason: "a balance overflows".into(),
+                })?;
         }
         if recent.len() >= ROLL_AFTER {
             if let Err(e) = self.roll_checkpoint(account, shard, &cp).await {
@@ -315,7 +351,12 @@ impl DynamoStore {
     /// Rolls a shard's checkpoint forward to just before the oldest claim still in progress
     /// (and a margin before now), from `cp` as read: the write is conditioned on its version, so
     /// of two concurrent rolls one wins and no entry is counted twice.
-    async fn roll_checkpoint(&self, account: &AccountId, shard: u32, cp: &Checkpoint) -> Result<bool, StoreError> {
+    async fn roll_checkpoint(
+        &self,
+        account: &AccountId,
+        shard: u32,
+        cp: &Checkpoint,
+    ) -> Result<bool, StoreError> {
         let table = &self.tables.ledger;
         let mut watermark = crate::domain::now_ms() - ROLL_MARGIN_MS;
         if let Some(oldest) = self.oldest_claim_created_ms().await? {
@@ -327,17 +368,22 @@ impl DynamoStore {
         if through <= after {
             return Ok(false);
         }
-        let rolled = self.entries_after(account, shard, &after, Some(&through)).await?;
+        let rolled = self
+            .entries_after(account, shard, &after, Some(&through))
+            .await?;
         let mut totals = cp.totals.clone();
         for p in &rolled {
             let sum = totals.entry(p.currency).or_insert(0);
-            *sum = sum.checked_add(p.amount_minor).ok_or_else(|| StoreError::Corrupt {
-                table: table.clone(),
-                key: ledger_pk(account, shard),
-                reason: "a balance overflows".into(),
-            })?;
+            *sum = sum
+                .checked_add(p.amount_minor)
+                .ok_or_else(|| StoreError::Corrupt {
+                    table: table.clone(),
+                    key: ledger_pk(account, shard),
+                    reason: "a balance overflows".into(),
+                })?;
         }
-        let totals_value = AttributeValue::M(totals.iter().map(|(c, a)| (c.to_string(), n(*a))).collect());
+        let totals_value =
+            AttributeValue::M(totals.iter().map(|(c, a)| (c.to_string(), n(*a))).collect());
         let update = self
             .client
             .update_item()
@@ -347,12 +393,17 @@ impl DynamoStore {
             .update_expression("SET through = :t, totals = :m, entries = :n, version = :v1")
             .expression_attribute_values(":t", s(through))
             .expression_attribute_values(":m", totals_value)
-            .expression_attribute_values(":n", n(i64::try_from(cp.entries + rolled.len() as u64).unwrap_or(i64::MAX)))
+            .expression_attribute_values(
+                ":n",
+                n(i64::try_from(cp.entries + rolled.len() as u64).unwrap_or(i64::MAX)),
+            )
             .expression_attribute_values(":v1", n(cp.version + 1));
         let update = if cp.version == 0 {
             update.condition_expression("attribute_not_exists(version)")
         } else {
-            update.condition_expression("version = :v0").expression_attribute_values(":v0", n(cp.version))
+            update
+                .condition_expression("version = :v0")
+                .expression_attribute_values(":v0", n(cp.version))
         };
         match update.send().await {
             Ok(_) => Ok(true),

@@ -10,8 +10,8 @@ mod claims;
 mod events;
 pub(crate) mod item;
 mod ledger;
-mod payments;
 pub mod observe;
+mod payments;
 pub mod schema;
 mod tables;
 
@@ -52,7 +52,12 @@ pub struct DynamoStore {
 
 impl DynamoStore {
     pub fn new(client: Client, tables: TableNames, settings: StoreSettings) -> Self {
-        DynamoStore { client, tables: Arc::new(tables), settings, layout_cache: Arc::default() }
+        DynamoStore {
+            client,
+            tables: Arc::new(tables),
+            settings,
+            layout_cache: Arc::default(),
+        }
     }
 
     pub fn tables(&self) -> &TableNames {
@@ -82,7 +87,8 @@ impl DynamoStore {
         map: impl Fn(&item::Item, &str) -> Result<T, crate::store::StoreError>,
     ) -> Result<Vec<T>, crate::store::StoreError> {
         let layout = crate::ledger::Ledger::layout(self).await?;
-        let keys = std::iter::once(state.to_owned()).chain((0..layout.index_shards).map(|n| format!("{state}#{n}")));
+        let keys = std::iter::once(state.to_owned())
+            .chain((0..layout.index_shards).map(|n| format!("{state}#{n}")));
         let mut found: Vec<(i64, T)> = Vec::new();
         for key in keys {
             let mut pages = self

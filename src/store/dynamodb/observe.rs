@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
-use aws_smithy_runtime_api::box_error::BoxError;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::operation::{
-    create_table::CreateTableInput, delete_item::DeleteItemInput, describe_table::DescribeTableInput,
-    get_item::GetItemInput, put_item::PutItemInput, query::QueryInput, scan::ScanInput,
-    update_item::UpdateItemInput,
+    create_table::CreateTableInput, delete_item::DeleteItemInput,
+    describe_table::DescribeTableInput, get_item::GetItemInput, put_item::PutItemInput,
+    query::QueryInput, scan::ScanInput, update_item::UpdateItemInput,
 };
+use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::Input;
 
 /// The operation name of a request, from its input type.
@@ -58,7 +58,10 @@ impl RequestCounter {
 
     /// Writes: PutItem + UpdateItem + DeleteItem.
     pub fn writes(&self) -> u64 {
-        ["PutItem", "UpdateItem", "DeleteItem"].iter().map(|o| self.get(o)).sum()
+        ["PutItem", "UpdateItem", "DeleteItem"]
+            .iter()
+            .map(|o| self.get(o))
+            .sum()
     }
 
     /// Reads: GetItem + Query.

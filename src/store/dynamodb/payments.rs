@@ -18,9 +18,9 @@ use crate::domain::{
     Reference, RefundFacts, StateFacts,
 };
 use crate::ledger::{
-    judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry, NewCredit,
-    PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome, RegisterOutcome,
-    ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
+    judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
+    NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
+    RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::store::StoreError;
 
@@ -35,9 +35,13 @@ fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
 
 fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
     AttributeValue::L(vec![AttributeValue::M(
-        [("at_ms".to_owned(), n(at_ms)), ("status".to_owned(), s(status.as_str())), ("note".to_owned(), s(note))]
-            .into_iter()
-            .collect(),
+        [
+            ("at_ms".to_owned(), n(at_ms)),
+            ("status".to_owned(), s(status.as_str())),
+            ("note".to_owned(), s(note)),
+        ]
+        .into_iter()
+        .collect(),
     )])
 }
 
@@ -60,9 +64,17 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
         provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
         reference: r.parsed("reference", Reference::parse)?,
         status: r.parsed("status", |t| PaymentStatus::parse(t).ok_or(()))?,
-        account: r.opt_str("account").map(AccountId::parse).transpose().map_err(|_| r.corrupt("account"))?,
+        account: r
+            .opt_str("account")
+            .map(AccountId::parse)
+            .transpose()
+            .map_err(|_| r.corrupt("account"))?,
         amount_minor: r.opt_num("amount_minor")?,
-        currency: r.opt_str("currency").map(Currency::parse).transpose().map_err(|_| r.corrupt("currency"))?,
+        currency: r
+            .opt_str("currency")
+            .map(Currency::parse)
+            .transpose()
+            .map_err(|_| r.corrupt("currency"))?,
         refunded_minor: r.opt_num("refunded_minor")?.unwrap_or(0),
         refund_keys: r.str_set("refund_keys"),
         reversed_refund_keys: r.str_set("reversed_refund_keys"),
@@ -84,7 +96,11 @@ fn money_guard(
     mut update: UpdateItemFluentBuilder,
     account: Option<&AccountId>,
     money: Option<&Money>,
-) -> (UpdateItemFluentBuilder, Vec<&'static str>, Vec<&'static str>) {
+) -> (
+    UpdateItemFluentBuilder,
+    Vec<&'static str>,
+    Vec<&'static str>,
+) {
     let mut conds = Vec::new();
     let mut sets = Vec::new();
     if let Some(a) = account {
@@ -105,7 +121,10 @@ fn money_guard(
 }
 
 /// `#status IN (:s0, :s1…)` for the sources of a transition.
-fn status_in(mut update: UpdateItemFluentBuilder, sources: &[PaymentStatus]) -> (UpdateItemFluentBuilder, String) {
+fn status_in(
+    mut update: UpdateItemFluentBuilder,
+    sources: &[PaymentStatus],
+) -> (UpdateItemFluentBuilder, String) {
     let names: Vec<String> = (0..sources.len()).map(|i| format!(":src{i}")).collect();
     for (name, status) in names.iter().zip(sources) {
         update = update.expression_attribute_values(name, s(status.as_str()));
@@ -116,12 +135,24 @@ fn status_in(mut update: UpdateItemFluentBuilder, sources: &[PaymentStatus]) -> 
 impl DynamoStore {
     /// The `open` index key of a PENDING/PROCESSING payment: `{status}#{shard}`, the shard from
     /// the payment's key, so no index key is shared by every open payment.
-    async fn open_key(&self, status: PaymentStatus, provider: ProviderId, reference: &Reference) -> Result<String, StoreError> {
+    async fn open_key(
+        &self,
+        status: PaymentStatus,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<String, StoreError> {
         let layout = crate::ledger::Ledger::placement_layout(self).await?;
-        Ok(format!("{status}#{}", layout.index_shard(&format!("{provider}#{reference}"))))
+        Ok(format!(
+            "{status}#{}",
+            layout.index_shard(&format!("{provider}#{reference}"))
+        ))
     }
 
-    async fn read_payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
+    async fn read_payment(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<Option<PaymentRecord>, StoreError> {
         let table = &self.tables.payments;
         let out = self
             .client
@@ -165,7 +196,12 @@ impl DynamoStore {
         }
     }
 
-    fn payment_update(&self, provider: ProviderId, reference: &Reference, now: i64) -> UpdateItemFluentBuilder {
+    fn payment_update(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        now: i64,
+    ) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.tables.payments)
@@ -188,7 +224,8 @@ impl DynamoStore {
         let now = now_ms();
         let paid = PaymentStatus::Paid;
         let update = self.payment_update(provider, &facts.reference, now);
-        let (update, money_conds, mut sets) = money_guard(update, facts.account.as_ref(), Some(&facts.money));
+        let (update, money_conds, mut sets) =
+            money_guard(update, facts.account.as_ref(), Some(&facts.money));
         let mut conds: Vec<String> = money_conds.into_iter().map(str::to_owned).collect();
         // No account in the event: the payment's own, else the default, else nothing moves.
         let update = match (facts.account.as_ref(), new.default_account) {
@@ -207,7 +244,11 @@ impl DynamoStore {
             (u, src, format!("recovered from FAILED: {key}"))
         } else {
             let (u, src) = status_in(update, &[PaymentStatus::Pending, PaymentStatus::Processing]);
-            (u, format!("(attribute_not_exists(pk) OR {src})"), key.to_string())
+            (
+                u,
+                format!("(attribute_not_exists(pk) OR {src})"),
+                key.to_string(),
+            )
         };
         conds.insert(0, sources);
         let update = update
@@ -229,7 +270,8 @@ impl DynamoStore {
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":shard", n(i64::from(new.shard)))
             .expression_attribute_values(":h", history(paid, &note, now));
-        self.conditional_update(update, provider, &facts.reference).await
+        self.conditional_update(update, provider, &facts.reference)
+            .await
     }
 
     /// One refund attempt aimed at `target`: REFUNDED needs the remainder to equal the refund,
@@ -243,7 +285,11 @@ impl DynamoStore {
         target: PaymentStatus,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = now_ms();
-        let remainder = if target == PaymentStatus::Refunded { "refundable_minor = :amt" } else { "refundable_minor > :amt" };
+        let remainder = if target == PaymentStatus::Refunded {
+            "refundable_minor = :amt"
+        } else {
+            "refundable_minor > :amt"
+        };
         let update = self
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(
@@ -263,7 +309,8 @@ impl DynamoStore {
             .expression_attribute_values(":paid", s(PaymentStatus::Paid.as_str()))
             .expression_attribute_values(":partial", s(PaymentStatus::PartiallyRefunded.as_str()))
             .expression_attribute_values(":h", history(target, key.as_str(), now));
-        self.conditional_update(update, provider, &facts.payment_reference).await
+        self.conditional_update(update, provider, &facts.payment_reference)
+            .await
     }
 }
 
@@ -280,10 +327,15 @@ impl DynamoStore {
         write: ReversalWrite,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = now_ms();
-        let fresh = "attribute_exists(pk) AND currency = :cur AND NOT contains(reversed_refund_keys, :rk)";
+        let fresh =
+            "attribute_exists(pk) AND currency = :cur AND NOT contains(reversed_refund_keys, :rk)";
         let update = match write {
             ReversalWrite::Restore(to) => {
-                let refunded = if to == PaymentStatus::Paid { "refunded_minor = :amt" } else { "refunded_minor > :amt" };
+                let refunded = if to == PaymentStatus::Paid {
+                    "refunded_minor = :amt"
+                } else {
+                    "refunded_minor > :amt"
+                };
                 self.payment_update(provider, &facts.payment_reference, now)
                     .update_expression(
                         "SET #status = :to, refundable_minor = refundable_minor + :amt, \
@@ -310,7 +362,8 @@ impl DynamoStore {
             .expression_attribute_values(":rk", s(refund_key.as_str()))
             .expression_attribute_values(":rks", AttributeValue::Ss(vec![refund_key.to_string()]))
             .expression_attribute_values(":cur", s(facts.money.currency.as_str()));
-        self.conditional_update(update, provider, &facts.payment_reference).await
+        self.conditional_update(update, provider, &facts.payment_reference)
+            .await
     }
 }
 
@@ -327,7 +380,12 @@ impl Payments for DynamoStore {
             .item("provider", s(expected.provider.as_str()))
             .item("reference", s(expected.reference.as_str()))
             .item("status", s(pending.as_str()))
-            .item("open", s(self.open_key(pending, expected.provider, &expected.reference).await?))
+            .item(
+                "open",
+                s(self
+                    .open_key(pending, expected.provider, &expected.reference)
+                    .await?),
+            )
             .item("account", s(expected.account.as_str()))
             .item("amount_minor", n(expected.money.amount.get()))
             .item("currency", s(expected.money.currency.as_str()))
@@ -354,7 +412,10 @@ impl Payments for DynamoStore {
             }
             Err(e) => match condition_failed(e, "PutItem", table)? {
                 Some(old) => Some(to_record(&old, table)?),
-                None => self.read_payment(expected.provider, &expected.reference).await?,
+                None => {
+                    self.read_payment(expected.provider, &expected.reference)
+                        .await?
+                }
             },
         };
         let Some(existing) = existing else {
@@ -364,10 +425,12 @@ impl Payments for DynamoStore {
                 reason: "condition failed on a missing item".into(),
             });
         };
-        Ok(match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
-            Some(m) => RegisterOutcome::Mismatch(m, existing),
-            None => RegisterOutcome::Exists(existing),
-        })
+        Ok(
+            match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
+                Some(m) => RegisterOutcome::Mismatch(m, existing),
+                None => RegisterOutcome::Exists(existing),
+            },
+        )
     }
 
     async fn mark_paid(
@@ -400,15 +463,23 @@ impl Payments for DynamoStore {
     ) -> Result<StateOutcome, StoreError> {
         let now = now_ms();
         let update = self.payment_update(provider, &facts.reference, now);
-        let (update, money_conds, money_sets) = money_guard(update, facts.account.as_ref(), facts.money.as_ref());
+        let (update, money_conds, money_sets) =
+            money_guard(update, facts.account.as_ref(), facts.money.as_ref());
         let (update, sources) = status_in(update, to.sources_of());
         // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
-        let open = if to == PaymentStatus::Processing { "SET #open = :openv" } else { "REMOVE #open" };
+        let open = if to == PaymentStatus::Processing {
+            "SET #open = :openv"
+        } else {
+            "REMOVE #open"
+        };
         let mut sets = vec![
-            "#status = :to", "provider = :prov", "#reference = :ref",
+            "#status = :to",
+            "provider = :prov",
+            "#reference = :ref",
             "refunded_minor = if_not_exists(refunded_minor, :zero)",
             "refundable_minor = if_not_exists(refundable_minor, :zero)",
-            "created_at_ms = if_not_exists(created_at_ms, :now)", "updated_at_ms = :now",
+            "created_at_ms = if_not_exists(created_at_ms, :now)",
+            "updated_at_ms = :now",
             "history = list_append(if_not_exists(history, :empty), :h)",
         ];
         sets.extend(money_sets);
@@ -429,14 +500,22 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":h", history(to, "state event", now));
         let update = if to == PaymentStatus::Processing {
-            update.expression_attribute_values(":openv", s(self.open_key(to, provider, &facts.reference).await?))
+            update.expression_attribute_values(
+                ":openv",
+                s(self.open_key(to, provider, &facts.reference).await?),
+            )
         } else {
             update
         };
-        Ok(match self.conditional_update(update, provider, &facts.reference).await? {
-            Ok(record) => StateOutcome::Applied(record),
-            Err(old) => judge_state(old, facts),
-        })
+        Ok(
+            match self
+                .conditional_update(update, provider, &facts.reference)
+                .await?
+            {
+                Ok(record) => StateOutcome::Applied(record),
+                Err(old) => judge_state(old, facts),
+            },
+        )
     }
 
     async fn refund(
@@ -470,9 +549,13 @@ impl Payments for DynamoStore {
         // Most reversals follow an applied refund that took the whole remainder.
         let mut write = ReversalWrite::Restore(PaymentStatus::Paid);
         for _ in 0..WRITE_ROUNDS {
-            let result = self.reversal_write(provider, facts, refund_key, write).await?;
+            let result = self
+                .reversal_write(provider, facts, refund_key, write)
+                .await?;
             match (result, write) {
-                (Ok(record), ReversalWrite::Restore(_)) => return Ok(ReversalOutcome::Applied(record)),
+                (Ok(record), ReversalWrite::Restore(_)) => {
+                    return Ok(ReversalOutcome::Applied(record))
+                }
                 (Ok(record), ReversalWrite::Void) => return Ok(ReversalOutcome::Voided(record)),
                 (Err(old), _) => match judge_reversal(old, facts, refund_key) {
                     ReversalJudgement::Decided(outcome) => return Ok(outcome),
@@ -506,9 +589,17 @@ impl Payments for DynamoStore {
             Ok(_) => return Ok(reference.clone()),
             Err(e) => match condition_failed(e, "PutItem", table)? {
                 Some(old) => Some(old),
-                None => self.client.get_item().table_name(table).key("pk", pk).consistent_read(true).send().await
-                    .map_err(|e| unavailable("GetItem", table, e))?
-                    .item,
+                None => {
+                    self.client
+                        .get_item()
+                        .table_name(table)
+                        .key("pk", pk)
+                        .consistent_read(true)
+                        .send()
+                        .await
+                        .map_err(|e| unavailable("GetItem", table, e))?
+                        .item
+                }
             },
         };
         // Bindings are never deleted, so the item that failed our condition is still there.
@@ -539,18 +630,38 @@ impl Payments for DynamoStore {
             .expression_attribute_names("#open", "open")
             .expression_attribute_values(":s", s(status.as_str()))
             .expression_attribute_values(":h", history(status, note, now));
-        Ok(self.conditional_update(update, provider, reference).await?.is_ok())
+        Ok(self
+            .conditional_update(update, provider, reference)
+            .await?
+            .is_ok())
     }
 
-    async fn payment(&self, provider: ProviderId, reference: &Reference) -> Result<Option<PaymentRecord>, StoreError> {
+    async fn payment(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<Option<PaymentRecord>, StoreError> {
         self.read_payment(provider, reference).await
     }
 }
 
 impl DynamoStore {
     /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
-    pub async fn open_payments(&self, status: PaymentStatus, before_ms: i64, limit: usize) -> Result<Vec<PaymentRecord>, StoreError> {
+    pub async fn open_payments(
+        &self,
+        status: PaymentStatus,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<PaymentRecord>, StoreError> {
         let table = self.tables.payments.clone();
-        self.read_open(&table, "updated_at_ms", status.as_str(), before_ms, limit, to_record).await
+        self.read_open(
+            &table,
+            "updated_at_ms",
+            status.as_str(),
+            before_ms,
+            limit,
+            to_record,
+        )
+        .await
     }
 }

@@ -20,8 +20,17 @@ pub struct IndexDef {
 /// What a delivery listing shows: everything a `Delivery` holds except its body, which is read
 /// from the table when a replay needs it.
 const LISTING: &[&str] = &[
-    "provider", "event_id", "event_type", "key", "reference", "outcome", "http_status", "received_at_ms",
-    "replay_of", "started_by", "redriven",
+    "provider",
+    "event_id",
+    "event_type",
+    "key",
+    "reference",
+    "outcome",
+    "http_status",
+    "received_at_ms",
+    "replay_of",
+    "started_by",
+    "redriven",
 ];
 
 /// A table's shape. Key attributes are strings.
@@ -70,7 +79,16 @@ pub const PAYMENTS: TableDef = TableDef {
         hash_key: "open",
         range_key: "updated_at_ms",
         range_is_number: true,
-        projected: &["provider", "reference", "status", "account", "amount_minor", "currency", "refunded_minor", "created_at_ms"],
+        projected: &[
+            "provider",
+            "reference",
+            "status",
+            "account",
+            "amount_minor",
+            "currency",
+            "refunded_minor",
+            "created_at_ms",
+        ],
     }],
     // Payments are financial records: no TTL.
     ttl_attribute: None,
@@ -97,12 +115,30 @@ pub const EVENTS: TableDef = TableDef {
     range_key: Some("sk"),
     indexes: &[
         // `{provider}#{event id}`: one event's deliveries.
-        IndexDef { name: "by_event", hash_key: "event_key", range_key: "sk", range_is_number: false, projected: LISTING },
+        IndexDef {
+            name: "by_event",
+            hash_key: "event_key",
+            range_key: "sk",
+            range_is_number: false,
+            projected: LISTING,
+        },
         // `{day}#{shard}`: every delivery, spread over the layout's index shards.
-        IndexDef { name: "by_time", hash_key: "time_bucket", range_key: "sk", range_is_number: false, projected: LISTING },
+        IndexDef {
+            name: "by_time",
+            hash_key: "time_bucket",
+            range_key: "sk",
+            range_is_number: false,
+            projected: LISTING,
+        },
         // `{outcome}#{day}#{shard}`, sparse: only outcomes someone must act on (failed, parked,
         // unassigned, conflict); the bulk (applied, replayed) is found through `by_time`.
-        IndexDef { name: "by_outcome", hash_key: "outcome_bucket", range_key: "sk", range_is_number: false, projected: LISTING },
+        IndexDef {
+            name: "by_outcome",
+            hash_key: "outcome_bucket",
+            range_key: "sk",
+            range_is_number: false,
+            projected: LISTING,
+        },
     ],
     ttl_attribute: Some("expires_at_s"),
     stream: None,
@@ -133,7 +169,11 @@ impl TableNames {
     /// Reads each name from its table's env var, falling back to `payhook-{role}`.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let defaults = TableNames::with_prefix("payhook");
-        let pick = |def: &TableDef, fallback: String| get(def.env_var).filter(|v| !v.is_empty()).unwrap_or(fallback);
+        let pick = |def: &TableDef, fallback: String| {
+            get(def.env_var)
+                .filter(|v| !v.is_empty())
+                .unwrap_or(fallback)
+        };
         TableNames {
             idempotency: pick(&IDEMPOTENCY, defaults.idempotency),
             payments: pick(&PAYMENTS, defaults.payments),

@@ -28,18 +28,32 @@ fn build_err(e: impl std::error::Error + Send + Sync + 'static, table: &str) -> 
 }
 
 fn key(name: &str, kind: KeyType, table: &str) -> Result<KeySchemaElement, StoreError> {
-    KeySchemaElement::builder().attribute_name(name).key_type(kind).build().map_err(|e| build_err(e, table))
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .map_err(|e| build_err(e, table))
 }
 
 fn attribute(name: &str, number: bool, table: &str) -> Result<AttributeDefinition, StoreError> {
-    let kind = if number { ScalarAttributeType::N } else { ScalarAttributeType::S };
-    AttributeDefinition::builder().attribute_name(name).attribute_type(kind).build().map_err(|e| build_err(e, table))
+    let kind = if number {
+        ScalarAttributeType::N
+    } else {
+        ScalarAttributeType::S
+    };
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(kind)
+        .build()
+        .map_err(|e| build_err(e, table))
 }
 
 /// `INCLUDE` of the index's projected attributes, or `KEYS_ONLY`.
 fn projection(ix: &super::schema::IndexDef) -> Projection {
     if ix.projected.is_empty() {
-        return Projection::builder().projection_type(ProjectionType::KeysOnly).build();
+        return Projection::builder()
+            .projection_type(ProjectionType::KeysOnly)
+            .build();
     }
     let mut p = Projection::builder().projection_type(ProjectionType::Include);
     for a in ix.projected {
@@ -72,7 +86,10 @@ impl DynamoStore {
             req = req.key_schema(key(range, KeyType::Range, &name)?);
         }
         for index in def.indexes {
-            for (attr, number) in [(index.hash_key, false), (index.range_key, index.range_is_number)] {
+            for (attr, number) in [
+                (index.hash_key, false),
+                (index.range_key, index.range_is_number),
+            ] {
                 if !attrs.iter().any(|a| a.attribute_name() == attr) {
                     attrs.push(attribute(attr, number, &name)?);
                 }
@@ -88,7 +105,12 @@ impl DynamoStore {
         }
         let created = match req.set_attribute_definitions(Some(attrs)).send().await {
             Ok(_) => true,
-            Err(e) if e.as_service_error().and_then(|s| s.code()) == Some("ResourceInUseException") => false,
+            Err(e)
+                if e.as_service_error().and_then(|s| s.code())
+                    == Some("ResourceInUseException") =>
+            {
+                false
+            }
             Err(e) => return Err(unavailable("CreateTable", &name, e)),
         };
         self.wait_active(&name).await?;
@@ -96,7 +118,11 @@ impl DynamoStore {
             Some(attr) => Some(self.enable_ttl(&name, attr).await),
             None => None,
         };
-        Ok(TableReport { table: name, created, ttl })
+        Ok(TableReport {
+            table: name,
+            created,
+            ttl,
+        })
     }
 
     async fn wait_active(&self, name: &str) -> Result<(), StoreError> {
@@ -113,19 +139,36 @@ impl DynamoStore {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        Err(StoreError::Corrupt { table: name.to_owned(), key: "-".into(), reason: "table never became ACTIVE".into() })
+        Err(StoreError::Corrupt {
+            table: name.to_owned(),
+            key: "-".into(),
+            reason: "table never became ACTIVE".into(),
+        })
     }
 
     /// Best effort: dynalite has no TTL API, and expiry is never what correctness rests on
     /// (leases are compared by timestamp in conditions).
     async fn enable_ttl(&self, name: &str, attr: &str) -> bool {
-        let spec = TimeToLiveSpecification::builder().enabled(true).attribute_name(attr).build();
+        let spec = TimeToLiveSpecification::builder()
+            .enabled(true)
+            .attribute_name(attr)
+            .build();
         let Ok(spec) = spec else { return false };
-        match self.client.update_time_to_live().table_name(name).time_to_live_specification(spec).send().await {
+        match self
+            .client
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+        {
             Ok(_) => true,
             Err(e) => {
                 // Already enabled is success; anything else is reported, not fatal.
-                let already = e.as_service_error().and_then(|s| s.message()).is_some_and(|m| m.contains("already enabled"));
+                let already = e
+                    .as_service_error()
+                    .and_then(|s| s.message())
+                    .is_some_and(|m| m.contains("already enabled"));
                 if !already {
                     tracing::debug!(table = name, error = %e, "TTL not enabled");
                 }

@@ -16,11 +16,10 @@ use common::*;
 async fn the_cpu_bench_drives_serve_and_the_emulated_lambda_runtime() {
     // GIVEN fresh tables and the payhook binary
     let store = store("benchcpu").await;
-    let t = store.tables().clone();
     let root = env!("CARGO_MANIFEST_DIR");
 
     // WHEN benches/cpu.py runs its quick check against both payhook targets
-    let out = Command::new("python3")
+    let out = payhook_env(&mut Command::new("python3"), &store)
         .arg(format!("{root}/benches/cpu.py"))
         .args([
             "--check",
@@ -29,15 +28,6 @@ async fn the_cpu_bench_drives_serve_and_the_emulated_lambda_runtime() {
             "--payhook",
             env!("CARGO_BIN_EXE_payhook"),
         ])
-        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("PAYHOOK_IDEMPOTENCY_TABLE", &t.idempotency)
-        .env("PAYHOOK_PAYMENTS_TABLE", &t.payments)
-        .env("PAYHOOK_LEDGER_TABLE", &t.ledger)
-        .env("PAYHOOK_EVENTS_TABLE", &t.events)
-        .env("PAYHOOK_GENERIC_SECRETS", SECRET)
         .env("RUST_LOG", "warn")
         .output()
         .expect("run python3 benches/cpu.py");

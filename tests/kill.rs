@@ -23,18 +23,8 @@ use rand::{Rng, SeedableRng};
 const LEASE_MS: i64 = 300;
 
 fn spawn_server(store: &DynamoStore, port: u16) -> Child {
-    let t = store.tables();
-    Command::new(env!("CARGO_BIN_EXE_payhook"))
+    payhook_env(&mut Command::new(env!("CARGO_BIN_EXE_payhook")), store)
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-        .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("PAYHOOK_IDEMPOTENCY_TABLE", &t.idempotency)
-        .env("PAYHOOK_PAYMENTS_TABLE", &t.payments)
-        .env("PAYHOOK_LEDGER_TABLE", &t.ledger)
-        .env("PAYHOOK_EVENTS_TABLE", &t.events)
-        .env("PAYHOOK_GENERIC_SECRETS", SECRET)
         .env("PAYHOOK_LEASE_MS", LEASE_MS.to_string())
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())

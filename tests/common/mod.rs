@@ -80,6 +80,24 @@ pub fn sdk_builder() -> aws_sdk_dynamodb::config::Builder {
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
 }
 
+/// Points a `payhook` (or bench) process at the test endpoint and `store`'s tables, with the
+/// test's generic secret.
+pub fn payhook_env<'c>(
+    cmd: &'c mut std::process::Command,
+    store: &DynamoStore,
+) -> &'c mut std::process::Command {
+    let t = store.tables();
+    cmd.env("AWS_ENDPOINT_URL_DYNAMODB", endpoint())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("PAYHOOK_IDEMPOTENCY_TABLE", &t.idempotency)
+        .env("PAYHOOK_PAYMENTS_TABLE", &t.payments)
+        .env("PAYHOOK_LEDGER_TABLE", &t.ledger)
+        .env("PAYHOOK_EVENTS_TABLE", &t.events)
+        .env("PAYHOOK_GENERIC_SECRETS", SECRET)
+}
+
 pub fn settings() -> StoreSettings {
     StoreSettings::default()
 }

@@ -444,8 +444,17 @@ pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRe
     })
 }
 
+/// The Standard Webhooks secret the model signs its own deliveries with: `payhook capacity`
+/// works on fresh tables and needs no provider configured.
+const MODEL_SECRET: &str = "whsec_Y2FwYWNpdHktbW9kZWwtc2VjcmV0LWtleQ==";
+
 pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Result<(), CliError> {
     let prefix = format!("capacity-{}", now_ms());
+    let mut config = config;
+    config.secrets.retain(|(p, _)| *p != ProviderId::Generic);
+    config
+        .secrets
+        .push((ProviderId::Generic, MODEL_SECRET.into()));
     let mut model = Model::new(&store, &prefix, &config, args.seed).await?;
     let each = (args.deliveries / 10).max(5);
     let mut per = Vec::new();

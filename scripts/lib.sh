@@ -59,3 +59,12 @@ start_dynalite() {
   export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
   log "==> dynalite on $AWS_ENDPOINT_URL_DYNAMODB"
 }
+
+# The one build every script uses: `cargo test --all-targets` resolves features with the
+# dev-dependencies unified in, and a plain `cargo build` would not (a second build of tokio, the
+# SDK and everything above them, ~4 minutes on 2 cores). So scripts/dev, scripts/test and
+# scripts/invoke-samples all build this way, in whatever order they run, and share
+# target/debug/payhook.
+build_all() {
+  cargo test --locked --all-targets --no-run "$@"
+}

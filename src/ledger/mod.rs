@@ -130,6 +130,10 @@ pub enum PaidOutcome {
 
 /// What a failed PAID write means, judged from the item that made it fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a judgement lives for one match after a failed write; boxing would allocate for nothing"
+)]
 pub enum PaidJudgement {
     Decided(PaidOutcome),
     /// FAILED: the provider's success is the truth, so write PAID from FAILED (a recovery).
@@ -237,6 +241,10 @@ pub enum RefundOutcome {
 
 /// What a refund write should aim at next, or how the refund ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a judgement lives for one match after a failed write; boxing would allocate for nothing"
+)]
 pub enum RefundJudgement {
     Decided(RefundOutcome),
     /// Write again aiming at this status: REFUNDED when the refund takes the whole remainder,
@@ -316,6 +324,10 @@ pub enum ReversalWrite {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a judgement lives for one match after a failed write; boxing would allocate for nothing"
+)]
 pub enum ReversalJudgement {
     Decided(ReversalOutcome),
     Write(ReversalWrite),

@@ -437,7 +437,7 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                     .await?,
             );
         }
-        let results: Vec<Option<(Result<Answer, String>, Finding, Bucket)>> =
+        let results: Vec<Option<Settled>> =
             futures::stream::iter(open.iter())
                 .map(|p| async move {
                     if budget.spent() {
@@ -463,7 +463,7 @@ impl<A: ProviderApi> Reconciler<'_, A> {
     }
 
     /// Asks the provider about one payment and acts on its answer.
-    async fn settle_payment(&self, p: &PaymentRecord) -> (Result<Answer, String>, Finding, Bucket) {
+    async fn settle_payment(&self, p: &PaymentRecord) -> Settled {
         let mut finding = Finding::new(
             "open_payment",
             p.provider,
@@ -577,6 +577,10 @@ enum Bucket {
     Abandoned,
     NeedsHuman,
 }
+
+/// One open payment's settlement: the pipeline's answer (or why there is none), the finding to
+/// report and where it goes.
+type Settled = (Result<Answer, String>, Finding, Bucket);
 
 /// The provider named by a key's first component.
 fn provider_of(key: &IdempotencyKey) -> Option<ProviderId> {

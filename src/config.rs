@@ -2,13 +2,13 @@
 //! so a bad value is one clear error at start, not a panic on some request.
 
 use crate::domain::{AccountId, ProviderId};
+use crate::dynamodb::{StoreSettings, TableNames};
 use crate::http::ReadToken;
 use crate::providers::flutterwave::{Flutterwave, ReferenceField};
 use crate::providers::generic::{Generic, StandardWebhooks};
 use crate::providers::paystack::Paystack;
 use crate::providers::stripe::Stripe;
 use crate::providers::{Provider, Providers, SignatureError};
-use crate::store::dynamodb::{StoreSettings, TableNames};
 
 /// Every environment variable payhook reads, with what it means. The template check asserts that
 /// template.yaml sets each one the functions need; keep this the only list.

@@ -19,7 +19,8 @@
 //! - [`idempotency`]: the claim outcome enum and the pure decision over an existing claim.
 //! - [`ledger`]: payment transitions and postings, and how a failed condition is judged.
 //! - [`eventlog`]: the append-only delivery log and its queries.
-//! - [`store`]: the only code that speaks DynamoDB ([`store::dynamodb`]), one module per table.
+//! - [`store`]: the error every store call can give (the seam; the traits sit beside their types).
+//! - [`dynamodb`]: the only code that speaks DynamoDB, one module per table, item mapping beside it.
 //! - [`read`]: balances, payments and delivery pages as the CLI prints them and the read API
 //!   serves them (one code path for both).
 //! - [`http`]: the axum router shared by `payhook serve` and the Lambda runtime: the webhook
@@ -57,6 +58,7 @@
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod dynamodb;
 pub mod eventlog;
 pub mod http;
 pub mod idempotency;

@@ -16,9 +16,10 @@ use crate::ledger::{
 };
 use crate::store::StoreError;
 
-/// Everything the pipeline needs from a store.
-pub trait Store: Claims + Payments + Ledger + EventLog {}
-impl<T: Claims + Payments + Ledger + EventLog> Store for T {}
+/// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
+/// store: the four capabilities, shareable across tasks.
+pub trait Store: Claims + Payments + Ledger + EventLog + Send + Sync + 'static {}
+impl<T: Claims + Payments + Ledger + EventLog + Send + Sync + 'static> Store for T {}
 
 /// What to answer, and what to log.
 #[derive(Debug, Clone, PartialEq, Eq)]

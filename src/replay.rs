@@ -7,12 +7,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::domain::{now_ms, ClaimedFacts, EventKind, NormalisedEvent};
-use crate::eventlog::{Delivery, EventLog, LogFilter};
-use crate::idempotency::{ClaimState, Claims};
-use crate::ledger::Payments;
-use crate::pipeline::{Answer, Delivered, Pipeline, PipelineError};
+use crate::eventlog::{Delivery, LogFilter};
+use crate::idempotency::ClaimState;
+use crate::pipeline::{Answer, Delivered, Pipeline, PipelineError, Store};
 use crate::providers::{PayloadError, Providers};
-use crate::store::dynamodb::DynamoStore;
 use crate::store::StoreError;
 
 /// Event type of the deliveries reconciliation logs when it resumes a stuck claim: their body is
@@ -56,8 +54,8 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
 }
 
 /// Re-drives one stored delivery; the attempt is logged as a replay of it, by `started_by`.
-pub async fn redrive(
-    pipeline: &Pipeline<DynamoStore>,
+pub async fn redrive<S: Store>(
+    pipeline: &Pipeline<S>,
     providers: &Providers,
     d: &Delivery,
     started_by: &str,
@@ -78,8 +76,8 @@ pub async fn redrive(
 }
 
 /// What a replay would do, read without writing anything.
-pub async fn predict(
-    store: &DynamoStore,
+pub async fn predict<S: Store>(
+    store: &S,
     providers: &Providers,
     d: &Delivery,
 ) -> Result<String, ReplayError> {
@@ -115,8 +113,8 @@ pub async fn predict(
 }
 
 /// True when the payment records that `key` already moved its money (claim expired since).
-async fn already_moved(
-    store: &DynamoStore,
+async fn already_moved<S: Store>(
+    store: &S,
     event: &NormalisedEvent,
     key: &crate::domain::IdempotencyKey,
 ) -> Result<bool, ReplayError> {
@@ -166,8 +164,8 @@ pub struct ReplayOptions {
 
 /// Selects the deliveries first (so the replay's own log entries are not picked up), then
 /// re-drives them with bounded concurrency, calling `progress(done, total)` as it goes.
-pub async fn replay(
-    pipeline: &Pipeline<DynamoStore>,
+pub async fn replay<S: Store>(
+    pipeline: &Pipeline<S>,
     providers: &Providers,
     filter: &LogFilter,
     opts: &ReplayOptions,

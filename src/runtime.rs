@@ -8,10 +8,13 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 
 use crate::config::Config;
-use crate::pipeline::Pipeline;
+use crate::dynamodb::DynamoStore;
+use std::sync::Arc;
+
+use crate::http::{App, ReadAccess};
+use crate::pipeline::{Pipeline, Store};
 use crate::reconcile::invoke::Ops;
 use crate::reconcile::{self, HttpProviderApi};
-use crate::store::dynamodb::DynamoStore;
 
 /// Logs to stderr (stdout is for results and metrics); JSON when Lambda asks for it.
 pub fn init_tracing() {
@@ -86,8 +89,28 @@ pub async fn dynamo_store(config: &Config) -> DynamoStore {
     )
 }
 
+/// The router's state, built once per process: providers from config (problems logged, the
+/// provider left out), the pipeline over the store.
+pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
+    let (providers, problems) = config.providers();
+    for (p, e) in problems {
+        tracing::error!(provider = %p, error = %e, "provider refused: its webhooks will get 503 until its secret is fixed");
+    }
+    tracing::info!(providers = ?providers.configured(), "providers configured");
+    Arc::new(App {
+        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
+        providers,
+        lease_ms: config.lease_ms,
+        max_lease_ms: config.max_lease_ms,
+        metrics: true,
+        // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
+        // authorizer) may read, until `serve` says otherwise.
+        read_access: ReadAccess::Iam,
+    })
+}
+
 /// What the operations function (reconcile, replay) needs.
-pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
+pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error> {
     let get = |name: &str| std::env::var(name).ok();
     let (providers, problems) = config.providers();
     for (p, e) in problems {

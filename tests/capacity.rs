@@ -9,11 +9,11 @@ mod common;
 use common::*;
 use payhook::cli::capacity::{classes, scenario, Model};
 use payhook::domain::{AccountId, Currency, IdempotencyKey, Reference};
+use payhook::dynamodb::capacity::{CapacityRecorder, Totals};
+use payhook::dynamodb::schema::ALL;
+use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{ClaimOutcome, Claims};
 use payhook::ledger::{Layout, Ledger, Posting};
-use payhook::store::dynamodb::capacity::{CapacityRecorder, Totals};
-use payhook::store::dynamodb::schema::ALL;
-use payhook::store::dynamodb::DynamoStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets() {

@@ -20,10 +20,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use common::*;
 use payhook::domain::{AccountId, Currency, Money, ProviderId, Reference};
+use payhook::dynamodb::schema::ALL;
+use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
 use payhook::ledger::{ExpectedPayment, Layout, Ledger, Payments};
-use payhook::store::dynamodb::schema::ALL;
-use payhook::store::dynamodb::DynamoStore;
 use serde_json::{json, Value};
 
 /// One pipe as template.yaml declares it.
@@ -243,7 +243,7 @@ fn events(pipes: &[Pipe], records: &[(&'static str, Value)]) -> Vec<(String, Val
 
 struct Harness {
     store: DynamoStore,
-    app: Arc<App>,
+    app: Arc<App<DynamoStore>>,
     pipes: Vec<Pipe>,
     snap: Snapshot,
     seq: u64,

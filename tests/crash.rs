@@ -15,13 +15,13 @@ use futures::StreamExt;
 use payhook::domain::{
     AccountId, Currency, IdempotencyKey, Money, PaymentStatus, ProviderId, Reference,
 };
+use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
 use payhook::idempotency::{ClaimOutcome, ClaimState, Claims, FinalizeOutcome, StoredResponse};
 use payhook::ledger::{ExpectedPayment, Ledger, Payments, PostOutcome, Posting};
 use payhook::pipeline::Pipeline;
 use payhook::providers::Providers;
 use payhook::reconcile::{ApiEndpoint, HttpProviderApi, ReconcileSettings, Reconciler, Report};
-use payhook::store::dynamodb::DynamoStore;
 use rand::{Rng, SeedableRng};
 
 const LEASE_MS: i64 = 150;
@@ -39,7 +39,7 @@ async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
 }
 
 /// A store whose client carries the fault injector, and the router over it.
-async fn faulty(name: &str) -> (DynamoStore, Arc<App>) {
+async fn faulty(name: &str) -> (DynamoStore, Arc<App<DynamoStore>>) {
     let base = store(name).await;
     let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
     let app = app(store.clone(), LEASE_MS);
@@ -47,7 +47,7 @@ async fn faulty(name: &str) -> (DynamoStore, Arc<App>) {
 }
 
 /// Delivers like a provider: retries 409 and 5xx with a short backoff until a final answer.
-async fn until_settled(app: &Arc<App>, body: &str, tries: usize) -> Option<Resp> {
+async fn until_settled(app: &Arc<App<DynamoStore>>, body: &str, tries: usize) -> Option<Resp> {
     for _ in 0..tries {
         let r = send(app, signed(body)).await;
         if r.status != 409 && r.status < 500 {
@@ -75,7 +75,7 @@ fn reconciler<'a>(
     pipeline: &'a Pipeline<DynamoStore>,
     providers: &'a Providers,
     api: &'a HttpProviderApi,
-) -> Reconciler<'a, HttpProviderApi> {
+) -> Reconciler<'a, DynamoStore, HttpProviderApi> {
     let settings = ReconcileSettings {
         pending_after_ms: 0,
         lease_ms: 5_000,

@@ -13,11 +13,11 @@ use common::*;
 use futures::StreamExt;
 use payhook::cli::client::post;
 use payhook::domain::{AccountId, Currency};
+use payhook::dynamodb::DynamoStore;
 use payhook::ledger::Ledger;
 use payhook::pipeline::Pipeline;
 use payhook::providers::generic::StandardWebhooks;
 use payhook::reconcile::{HttpProviderApi, ReconcileSettings, Reconciler};
-use payhook::store::dynamodb::DynamoStore;
 use rand::{Rng, SeedableRng};
 
 const LEASE_MS: i64 = 300;

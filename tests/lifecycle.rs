@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use common::*;
 use payhook::domain::{AccountId, Currency, Money, PaymentStatus, ProviderId, Reference};
+use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
 use payhook::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
-use payhook::store::dynamodb::DynamoStore;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::json;
@@ -56,7 +56,7 @@ async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
 }
 
 /// Sends like a provider: redelivers after 409 (in flight, parked) up to `tries` times.
-async fn deliver(app: &Arc<App>, body: &str, tries: usize) -> Resp {
+async fn deliver(app: &Arc<App<DynamoStore>>, body: &str, tries: usize) -> Resp {
     let mut last = send(app, signed(body)).await;
     for _ in 1..tries {
         if last.status != 409 {

@@ -12,18 +12,18 @@ use axum::body::Body;
 use axum::http::Request;
 use common::faults::{invoke, Fault, FaultInjector, Invocation};
 use common::*;
-use payhook::cli::build_app;
 use payhook::cli::client::sign_headers;
 use payhook::config::Config;
 use payhook::domain::{
     AccountId, Currency, IdempotencyKey, Money, Operation, PaymentStatus, ProviderId, Reference,
 };
+use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
 use payhook::ledger::{ExpectedPayment, Layout, Ledger, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::replay::{replay, ReplayOptions};
-use payhook::store::dynamodb::DynamoStore;
+use payhook::runtime::build_app;
 use serde_json::json;
 
 const LEASE_MS: i64 = 150;
@@ -53,7 +53,7 @@ fn config_with(pairs: &[(&'static str, &str)]) -> Config {
     .unwrap()
 }
 
-fn app_with(store: DynamoStore, config: &Config) -> Arc<App> {
+fn app_with(store: DynamoStore, config: &Config) -> Arc<App<DynamoStore>> {
     let mut app = build_app(config, store);
     Arc::get_mut(&mut app).unwrap().metrics = false;
     app
@@ -78,7 +78,7 @@ async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
 }
 
 /// Delivers like a provider: retries 409 and 5xx until a final answer.
-async fn settle(app: &Arc<App>, req: impl Fn() -> Request<Body>) -> Resp {
+async fn settle(app: &Arc<App<DynamoStore>>, req: impl Fn() -> Request<Body>) -> Resp {
     for _ in 0..100 {
         let r = send(app, req()).await;
         if r.status != 409 && r.status < 500 {

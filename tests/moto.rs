@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use common::{payment_body, send, settings, signed};
-use payhook::store::dynamodb::observe::RequestCounter;
-use payhook::store::dynamodb::{DynamoStore, TableNames};
+use payhook::dynamodb::observe::RequestCounter;
+use payhook::dynamodb::{DynamoStore, TableNames};
 
 /// A single-threaded moto server on a free loopback port. It exits when its stdin closes, so it
 /// never outlives the test process; Drop also kills it.

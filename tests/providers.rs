@@ -11,13 +11,13 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use common::{counts, now_s, send, store, Resp};
-use payhook::cli::build_app;
 use payhook::cli::client::{resign_file, sign_headers};
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, ProviderId};
+use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
 use payhook::ledger::Ledger;
-use payhook::store::dynamodb::DynamoStore;
+use payhook::runtime::build_app;
 use serde_json::Value;
 
 const STRIPE: &str = "whsec_payhook_tests_stripe_endpoint_secret";
@@ -61,7 +61,7 @@ fn forger() -> Config {
     ])
 }
 
-fn app(store: DynamoStore) -> Arc<App> {
+fn app(store: DynamoStore) -> Arc<App<DynamoStore>> {
     build_app(&config(), store)
 }
 
@@ -133,7 +133,7 @@ const fn step(file: &'static str, status: &'static str, replayed: bool) -> Step 
 
 /// Sends every sample of `provider` in order: first a tampered and a forged twin (401, nothing
 /// written), then the re-signed sample, whose answer must be `step`'s.
-async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App>, store: &DynamoStore) {
+async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App<DynamoStore>>, store: &DynamoStore) {
     let dir = events_dir(provider.as_str());
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()

@@ -14,11 +14,11 @@ use axum::http::Request;
 use common::*;
 use payhook::cli::serve_read_access;
 use payhook::domain::{AccountId, Currency, IdempotencyKey, Reference};
+use payhook::dynamodb::observe::RequestCounter;
+use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter};
 use payhook::http::{App, ReadAccess, ReadToken};
 use payhook::ledger::{Balance, Layout, Ledger, Posting};
-use payhook::store::dynamodb::observe::RequestCounter;
-use payhook::store::dynamodb::DynamoStore;
 use serde_json::{json, Value};
 
 const TOKEN: &str = "test-read-token-0123456789abcdef";
@@ -53,7 +53,7 @@ fn plain_get(path_and_query: &str, bearer: Option<&str>) -> Request<Body> {
     b.body(Body::empty()).unwrap()
 }
 
-fn with_access(store: DynamoStore, access: ReadAccess) -> Arc<App> {
+fn with_access(store: DynamoStore, access: ReadAccess) -> Arc<App<DynamoStore>> {
     let mut app = app(store, 30_000);
     Arc::get_mut(&mut app).unwrap().read_access = access;
     app

@@ -12,17 +12,17 @@ use std::time::{Duration, Instant};
 
 use common::faults::{invoke, Fault, FaultInjector, Invocation};
 use common::*;
-use payhook::cli::build_app;
 use payhook::cli::client::sign_headers;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, Money, PaymentStatus, ProviderId, Reference};
+use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
 use payhook::ledger::{ExpectedPayment, Ledger, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::providers::Providers;
 use payhook::reconcile::{ApiEndpoint, HttpProviderApi, ReconcileSettings, Reconciler, Report};
-use payhook::store::dynamodb::DynamoStore;
+use payhook::runtime::build_app;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -73,7 +73,7 @@ fn config() -> Config {
     .unwrap()
 }
 
-fn app_of(store: &DynamoStore) -> Arc<App> {
+fn app_of(store: &DynamoStore) -> Arc<App<DynamoStore>> {
     let mut app = build_app(&config(), store.clone());
     Arc::get_mut(&mut app).unwrap().metrics = false;
     app

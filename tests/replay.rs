@@ -7,13 +7,13 @@ use std::collections::BTreeSet;
 
 use common::*;
 use payhook::domain::{AccountId, Currency, IdempotencyKey, PaymentStatus, ProviderId, Reference};
+use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{Delivery, EventLog, LogFilter, Outcome};
 use payhook::ledger::{Ledger, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::reconcile::invoke::{handle, Ops};
 use payhook::reconcile::{HttpProviderApi, ReconcileSettings};
 use payhook::replay::{replay, ReplayOptions, Summary};
-use payhook::store::dynamodb::DynamoStore;
 use serde_json::json;
 
 fn opts(dry_run: bool) -> ReplayOptions {

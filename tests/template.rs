@@ -1,5 +1,5 @@
 //! template.yaml checked against the code, offline: the env vars it sets (`config::ENV_VARS`),
-//! the tables it declares (`store::dynamodb::schema::ALL`, streams included), the IAM it grants
+//! the tables it declares (`dynamodb::schema::ALL`, streams included), the IAM it grants
 //! (the DynamoDB calls in `src/store/dynamodb/*.rs`), the routes it exposes (the webhook open,
 //! `http::read::READ_ROUTES` behind AWS_IAM), the change-event pipes and their roles, and
 //! `cfn-lint`.
@@ -20,8 +20,8 @@ use std::process::Command;
 
 use payhook::config::ENV_VARS;
 use payhook::domain::ProviderId;
+use payhook::dynamodb::schema::{TableDef, ALL};
 use payhook::http::read::READ_ROUTES;
-use payhook::store::dynamodb::schema::{TableDef, ALL};
 use serde_json::{json, Value};
 
 fn root() -> PathBuf {

@@ -45,9 +45,9 @@ async fn first_delivery_applies_and_duplicate_replays_byte_identical() {
 use std::collections::HashMap;
 
 use payhook::domain::{IdempotencyKey, ProviderId, Reference};
+use payhook::dynamodb::observe::RequestCounter;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::idempotency::{ClaimOutcome, Claims};
-use payhook::store::dynamodb::observe::RequestCounter;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -55,7 +55,7 @@ fn ngn() -> Currency {
     Currency::parse("NGN").unwrap()
 }
 
-async fn balance_of(store: &payhook::store::dynamodb::DynamoStore, account: &str) -> (i64, u64) {
+async fn balance_of(store: &payhook::dynamodb::DynamoStore, account: &str) -> (i64, u64) {
     let b = store
         .balance(&AccountId::parse(account).unwrap())
         .await

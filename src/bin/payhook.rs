@@ -10,7 +10,8 @@ use std::process::ExitCode;
 async fn run() -> Result<(), CliError> {
     let config = Config::from_env()?;
     if payhook::runtime::in_lambda() {
-        let app = cli::build_app(&config, payhook::runtime::dynamo_store(&config).await);
+        let app =
+            payhook::runtime::build_app(&config, payhook::runtime::dynamo_store(&config).await);
         return lambda_http::run(payhook::http::router(app))
             .await
             .map_err(|e| CliError::Other(format!("lambda runtime: {e}")));

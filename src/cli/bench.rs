@@ -26,8 +26,8 @@ use super::client::sign_headers;
 use super::CliError;
 use crate::config::Config;
 use crate::domain::{now_ms, ProviderId};
-use crate::store::dynamodb::observe::RequestCounter;
-use crate::store::dynamodb::DynamoStore;
+use crate::dynamodb::observe::RequestCounter;
+use crate::dynamodb::DynamoStore;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -347,7 +347,7 @@ async fn in_process(
         store.settings(),
     );
     counted.create_tables().await?;
-    let mut app = super::build_app(config, counted);
+    let mut app = crate::runtime::build_app(config, counted);
     if let Some(app) = Arc::get_mut(&mut app) {
         app.metrics = false;
     }

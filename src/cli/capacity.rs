@@ -24,10 +24,10 @@ use super::client::sign_headers;
 use super::CliError;
 use crate::config::Config;
 use crate::domain::{now_ms, AccountId, ProviderId};
+use crate::dynamodb::capacity::{CapacityRecorder, Costed, Totals};
+use crate::dynamodb::{DynamoStore, TableNames};
 use crate::http::App;
 use crate::ledger::Ledger;
-use crate::store::dynamodb::capacity::{CapacityRecorder, Costed, Totals};
-use crate::store::dynamodb::{DynamoStore, TableNames};
 
 /// On-demand prices assumed (us-east-1, from November 2024): per million write / read request
 /// units. A GSI write is a write request unit like any other.
@@ -111,7 +111,7 @@ pub struct Report {
 pub struct Model {
     pub store: DynamoStore,
     pub recorder: CapacityRecorder,
-    app: Arc<App>,
+    app: Arc<App<DynamoStore>>,
     config: Config,
     rng: SplitMix,
 }
@@ -161,7 +161,7 @@ impl Model {
             tables,
             base.settings(),
         );
-        let mut app = super::build_app(config, store.clone());
+        let mut app = crate::runtime::build_app(config, store.clone());
         if let Some(a) = Arc::get_mut(&mut app) {
             a.metrics = false;
         }

@@ -10,7 +10,7 @@ use super::client::{post, provider_of, sign_headers, Reply};
 use super::{print_json, CliError};
 use crate::config::Config;
 use crate::domain::{now_ms, AccountId};
-use crate::store::dynamodb::DynamoStore;
+use crate::dynamodb::DynamoStore;
 
 fn step(name: &str, reply: &Reply) {
     eprintln!(

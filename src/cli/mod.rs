@@ -14,12 +14,11 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
+use crate::dynamodb::{schema, DynamoStore};
 use crate::eventlog::{LogFilter, Outcome};
-use crate::http::{App, ReadAccess};
+use crate::http::ReadAccess;
 use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
-use crate::pipeline::Pipeline;
 use crate::read::{self, DeliveryQuery};
-use crate::store::dynamodb::{schema, DynamoStore};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -477,7 +476,7 @@ async fn serve(
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let access = serve_read_access(addr, read_api, &config)?;
-    let mut app = build_app(&config, store);
+    let mut app = crate::runtime::build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
     }
@@ -502,24 +501,4 @@ async fn shutdown() {
         }
     }
     let _ = ctrl_c.await;
-}
-
-/// The router's state, built once per process: providers from config (problems logged, the
-/// provider left out), the pipeline over the store.
-pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
-    let (providers, problems) = config.providers();
-    for (p, e) in problems {
-        tracing::error!(provider = %p, error = %e, "provider refused: its webhooks will get 503 until its secret is fixed");
-    }
-    tracing::info!(providers = ?providers.configured(), "providers configured");
-    Arc::new(App {
-        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
-        providers,
-        lease_ms: config.lease_ms,
-        max_lease_ms: config.max_lease_ms,
-        metrics: true,
-        // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
-        // authorizer) may read, until `serve` says otherwise.
-        read_access: ReadAccess::Iam,
-    })
 }

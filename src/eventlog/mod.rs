@@ -1,6 +1,8 @@
 //! The append-only delivery log: every accepted delivery, with its raw body and what we answered,
 //! so a duplicate is visible and stored events can be replayed through the same pipeline.
 
+use std::future::Future;
+
 use serde::Serialize;
 
 use crate::domain::{IdempotencyKey, ProviderId, Reference};
@@ -135,31 +137,42 @@ pub struct LogPage {
 }
 
 /// The log capability.
-#[allow(async_fn_in_trait)]
-pub trait EventLog {
-    async fn append(&self, delivery: &Delivery) -> Result<(), StoreError>;
-    async fn query(
+pub trait EventLog: Sync {
+    fn append(&self, delivery: &Delivery) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn query(
         &self,
         filter: &LogFilter,
         limit: usize,
         cursor: Option<&str>,
-    ) -> Result<LogPage, StoreError>;
+    ) -> impl Future<Output = Result<LogPage, StoreError>> + Send;
     /// Up to `limit` deliveries matching `filter` (an outcome or time filter) whose id is after
     /// `after`, oldest first: a backlog walked from a cursor.
-    async fn query_oldest_first(
+    fn query_oldest_first(
         &self,
         filter: &LogFilter,
         limit: usize,
         after: &str,
-    ) -> Result<Vec<Delivery>, StoreError>;
+    ) -> impl Future<Output = Result<Vec<Delivery>, StoreError>> + Send;
     /// Marks `delivery` as re-driven with `outcome`, once (a second mark is a no-op).
-    async fn mark_redriven(&self, delivery: &Delivery, outcome: Outcome) -> Result<(), StoreError>;
+    fn mark_redriven(
+        &self,
+        delivery: &Delivery,
+        outcome: Outcome,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// A named cursor kept between passes (a delivery id), if set.
-    async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError>;
+    fn cursor(&self, name: &str)
+        -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
     /// Moves a named cursor forward to `to` (never back).
-    async fn save_cursor(&self, name: &str, to: &str) -> Result<(), StoreError>;
+    fn save_cursor(
+        &self,
+        name: &str,
+        to: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// `delivery` with its body, read from the table if it was listed without it.
-    async fn with_body(&self, delivery: &Delivery) -> Result<Delivery, StoreError>;
+    fn with_body(
+        &self,
+        delivery: &Delivery,
+    ) -> impl Future<Output = Result<Delivery, StoreError>> + Send;
 }
 
 /// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant (Howard Hinnant's civil-from-days), used

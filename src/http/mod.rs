@@ -19,17 +19,16 @@ use serde_json::json;
 use crate::config::MAX_BODY_BYTES;
 use crate::domain::{now_ms, ProviderId};
 use crate::metrics::{self, Disposition, Rejection};
-use crate::pipeline::{Answer, Delivered, Pipeline};
+use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
-use crate::store::dynamodb::DynamoStore;
 
 /// Time kept back from the Lambda deadline when sizing a lease, so our finalize lands before
 /// the runtime kills us and a successor cannot take over while we still write.
 const DEADLINE_MARGIN_MS: i64 = 1_000;
 
 /// What the router needs, built once per process.
-pub struct App {
-    pub pipeline: Pipeline<DynamoStore>,
+pub struct App<S> {
+    pub pipeline: Pipeline<S>,
     pub providers: Providers,
     pub lease_ms: i64,
     pub max_lease_ms: i64,
@@ -40,7 +39,7 @@ pub struct App {
     pub read_access: ReadAccess,
 }
 
-impl App {
+impl<S> App<S> {
     fn count(&self, provider: ProviderId, disposition: Disposition, request_id: Option<&str>) {
         if self.metrics {
             metrics::emit(provider, disposition, now_ms(), request_id);
@@ -48,9 +47,9 @@ impl App {
     }
 }
 
-pub fn router(app: Arc<App>) -> Router {
+pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
     Router::new()
-        .route("/webhooks/{provider}", post(webhook))
+        .route("/webhooks/{provider}", post(webhook::<S>))
         .merge(read::routes(app.clone()))
         .with_state(app)
 }
@@ -67,7 +66,7 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
 
 /// The lease for this invocation: inside Lambda, until shortly before its deadline (bounded by
 /// the configured maximum); outside, the configured length.
-fn lease_ms(app: &App, req: &Request<Body>, now: i64) -> i64 {
+fn lease_ms<S>(app: &App<S>, req: &Request<Body>, now: i64) -> i64 {
     match req.extensions().get::<lambda_http::Context>() {
         Some(ctx) => {
             let deadline = i64::try_from(ctx.deadline).unwrap_or(i64::MAX);
@@ -77,8 +76,8 @@ fn lease_ms(app: &App, req: &Request<Body>, now: i64) -> i64 {
     }
 }
 
-async fn webhook(
-    State(app): State<Arc<App>>,
+async fn webhook<S: Store>(
+    State(app): State<Arc<App<S>>>,
     Path(provider): Path<String>,
     req: Request<Body>,
 ) -> Response {

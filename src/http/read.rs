@@ -31,6 +31,7 @@ use subtle::ConstantTimeEq;
 use super::{error, App};
 use crate::domain::{AccountId, ProviderId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
+use crate::pipeline::Store;
 use crate::read::{self, DeliveryQuery, ReadError};
 use crate::store::StoreError;
 
@@ -96,13 +97,13 @@ pub const READ_ROUTES: [&str; 3] = [
     "/deliveries",
 ];
 
-pub fn routes(app: Arc<App>) -> Router<Arc<App>> {
+pub fn routes<S: Store>(app: Arc<App<S>>) -> Router<Arc<App<S>>> {
     let [balance_path, payment_path, deliveries_path] = READ_ROUTES;
     Router::new()
-        .route(balance_path, get(balance))
-        .route(payment_path, get(payment))
-        .route(deliveries_path, get(deliveries))
-        .route_layer(middleware::from_fn_with_state(app, authorize))
+        .route(balance_path, get(balance::<S>))
+        .route(payment_path, get(payment::<S>))
+        .route(deliveries_path, get(deliveries::<S>))
+        .route_layer(middleware::from_fn_with_state(app, authorize::<S>))
 }
 
 /// The IAM caller API Gateway put in the request context, if any.
@@ -118,7 +119,11 @@ fn iam_caller(req: &Request<Body>) -> Option<String> {
         .cloned()
 }
 
-async fn authorize(State(app): State<Arc<App>>, req: Request<Body>, next: Next) -> Response {
+async fn authorize<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    req: Request<Body>,
+    next: Next,
+) -> Response {
     let path = req.uri().path().to_owned();
     let caller = match &app.read_access {
         ReadAccess::Iam => {
@@ -217,7 +222,10 @@ fn failed(e: ReadError) -> Response {
     }
 }
 
-async fn balance(State(app): State<Arc<App>>, Path(account): Path<String>) -> Response {
+async fn balance<S: Store>(
+    State(app): State<Arc<App<S>>>,
+    Path(account): Path<String>,
+) -> Response {
     let Ok(account) = AccountId::parse(&account) else {
         return invalid("account", "account is not an account id");
     };
@@ -227,8 +235,8 @@ async fn balance(State(app): State<Arc<App>>, Path(account): Path<String>) -> Re
     }
 }
 
-async fn payment(
-    State(app): State<Arc<App>>,
+async fn payment<S: Store>(
+    State(app): State<Arc<App<S>>>,
     Path((provider, reference)): Path<(String, String)>,
 ) -> Response {
     let Some(provider_id) = ProviderId::parse(&provider) else {
@@ -358,7 +366,7 @@ fn serde_urlencoded_pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
     .map_err(|e| e.body_text())
 }
 
-async fn deliveries(State(app): State<Arc<App>>, RawQuery(raw): RawQuery) -> Response {
+async fn deliveries<S: Store>(State(app): State<Arc<App<S>>>, RawQuery(raw): RawQuery) -> Response {
     let query = match delivery_query(raw.as_deref(), crate::domain::now_ms()) {
         Ok(q) => q,
         Err((field, message)) => return invalid(&field, message),

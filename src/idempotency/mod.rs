@@ -1,6 +1,8 @@
 //! The claim protocol: claim a key before the money moves, finalize it with the response, replay
 //! that response to every duplicate. See the state table in the crate docs.
 
+use std::future::Future;
+
 use serde::Serialize;
 
 use crate::domain::IdempotencyKey;
@@ -122,30 +124,44 @@ pub enum FinalizeOutcome {
 }
 
 /// The idempotency capability the pipeline needs.
-#[allow(async_fn_in_trait)]
-pub trait Claims {
+pub trait Claims: Sync {
     /// Claims `key` for `lease_ms`. One conditional write; duplicates learn what to do next.
-    async fn claim(
+    fn claim(
         &self,
         key: &IdempotencyKey,
         fingerprint: &str,
         lease_ms: i64,
-    ) -> Result<ClaimOutcome, StoreError>;
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
     /// Marks the claim DONE with `response`, only if `token` still owns it.
-    async fn finalize(
+    fn finalize(
         &self,
         key: &IdempotencyKey,
         token: &OwnerToken,
         response: &StoredResponse,
-    ) -> Result<FinalizeOutcome, StoreError>;
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
 
     /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only for attempts
     /// that surely moved nothing. Returns whether it was ours to delete.
-    async fn release(&self, key: &IdempotencyKey, token: &OwnerToken) -> Result<bool, StoreError>;
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// IN_PROGRESS claims whose lease expired before `now_ms`, oldest first, at most `limit`
+    /// (reconciliation resumes them; each is re-judged under a condition when it acts).
+    fn stuck_claims(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ClaimRecord>, StoreError>> + Send;
 
     /// Reads a claim (operators, reconciliation, tests).
-    async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError>;
+    fn get_claim(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<ClaimRecord>, StoreError>> + Send;
 }
 
 #[cfg(test)]

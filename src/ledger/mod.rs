@@ -6,6 +6,8 @@
 //! * a ledger entry is keyed by the idempotency key and written with `attribute_not_exists`;
 //! * balances are derived from the entries, so no bare `ADD` can ever be repeated.
 
+use std::future::Future;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -561,82 +563,102 @@ pub struct NewCredit<'a> {
 /// The payment capability: each method is one conditional write (a recovery, refund or reversal
 /// that races others: a few, each judged from the item that failed it), plus a read on the
 /// failure path where the server does not return that item.
-#[allow(async_fn_in_trait)]
-pub trait Payments {
-    async fn register(&self, expected: &ExpectedPayment) -> Result<RegisterOutcome, StoreError>;
-    async fn mark_paid(
+pub trait Payments: Sync {
+    /// PENDING or PROCESSING payments (`status`) not updated since `before_ms`, oldest first, at
+    /// most `limit`: the ones reconciliation asks the provider about.
+    fn open_payments(
+        &self,
+        status: PaymentStatus,
+        before_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<PaymentRecord>, StoreError>> + Send;
+    fn register(
+        &self,
+        expected: &ExpectedPayment,
+    ) -> impl Future<Output = Result<RegisterOutcome, StoreError>> + Send;
+    fn mark_paid(
         &self,
         provider: ProviderId,
         facts: &PaymentFacts,
         key: &IdempotencyKey,
         new: NewCredit<'_>,
-    ) -> Result<PaidOutcome, StoreError>;
-    async fn move_state(
+    ) -> impl Future<Output = Result<PaidOutcome, StoreError>> + Send;
+    fn move_state(
         &self,
         provider: ProviderId,
         facts: &StateFacts,
         to: PaymentStatus,
-    ) -> Result<StateOutcome, StoreError>;
-    async fn refund(
+    ) -> impl Future<Output = Result<StateOutcome, StoreError>> + Send;
+    fn refund(
         &self,
         provider: ProviderId,
         facts: &RefundFacts,
         key: &IdempotencyKey,
-    ) -> Result<RefundOutcome, StoreError>;
+    ) -> impl Future<Output = Result<RefundOutcome, StoreError>> + Send;
     /// Reverses the refund keyed `refund_key` (its own key, not the reversal's).
-    async fn reverse_refund(
+    fn reverse_refund(
         &self,
         provider: ProviderId,
         facts: &RefundFacts,
         refund_key: &IdempotencyKey,
-    ) -> Result<ReversalOutcome, StoreError>;
+    ) -> impl Future<Output = Result<ReversalOutcome, StoreError>> + Send;
     /// Binds a provider transaction id to the payment reference first chosen for it, and returns
     /// that reference: one conditional put, so the first choice stands forever.
-    async fn bind_reference(
+    fn bind_reference(
         &self,
         provider: ProviderId,
         transaction_id: &str,
         reference: &Reference,
-    ) -> Result<Reference, StoreError>;
+    ) -> impl Future<Output = Result<Reference, StoreError>> + Send;
     /// Takes an open payment (still `status`) out of reconciliation's open index, with `note` in
     /// its history: the provider had no final word past the give-up horizon. Its status does not
     /// change, so a webhook can still pay it. False if it was no longer open as judged.
-    async fn stop_asking(
+    fn stop_asking(
         &self,
         provider: ProviderId,
         reference: &Reference,
         status: PaymentStatus,
         note: &str,
-    ) -> Result<bool, StoreError>;
-    async fn payment(
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn payment(
         &self,
         provider: ProviderId,
         reference: &Reference,
-    ) -> Result<Option<PaymentRecord>, StoreError>;
+    ) -> impl Future<Output = Result<Option<PaymentRecord>, StoreError>> + Send;
 }
 
 /// The ledger capability.
-#[allow(async_fn_in_trait)]
-pub trait Ledger {
-    async fn post(&self, posting: &Posting) -> Result<PostOutcome, StoreError>;
+pub trait Ledger: Sync {
+    fn post(
+        &self,
+        posting: &Posting,
+    ) -> impl Future<Output = Result<PostOutcome, StoreError>> + Send;
     /// The stored layout (the default if none was stored), read now.
-    async fn layout(&self) -> Result<Layout, StoreError>;
+    fn layout(&self) -> impl Future<Output = Result<Layout, StoreError>> + Send;
     /// The layout for placing new items, read once per process: a placement only needs some
     /// count readers cover, and readers always read the stored layout.
-    async fn placement_layout(&self) -> Result<Layout, StoreError> {
-        self.layout().await
+    fn placement_layout(&self) -> impl Future<Output = Result<Layout, StoreError>> + Send {
+        self.layout()
     }
     /// Grows the stored layout to at least `want` (never shrinks it); returns the layout now stored.
-    async fn grow_layout(&self, want: Layout) -> Result<Layout, StoreError>;
+    fn grow_layout(&self, want: Layout) -> impl Future<Output = Result<Layout, StoreError>> + Send;
     /// Every entry of `account`, from every shard of the stored layout.
-    async fn entries(&self, account: &AccountId) -> Result<Vec<Posting>, StoreError>;
-    async fn balance(&self, account: &AccountId) -> Result<Balance, StoreError> {
-        let postings = self.entries(account).await?;
-        Balance::from_postings(account.clone(), &postings).map_err(|e| StoreError::Corrupt {
-            table: "ledger".into(),
-            key: account.to_string(),
-            reason: e.to_string(),
-        })
+    fn entries(
+        &self,
+        account: &AccountId,
+    ) -> impl Future<Output = Result<Vec<Posting>, StoreError>> + Send;
+    fn balance(
+        &self,
+        account: &AccountId,
+    ) -> impl Future<Output = Result<Balance, StoreError>> + Send {
+        async move {
+            let postings = self.entries(account).await?;
+            Balance::from_postings(account.clone(), &postings).map_err(|e| StoreError::Corrupt {
+                table: "ledger".into(),
+                key: account.to_string(),
+                reason: e.to_string(),
+            })
+        }
     }
 }
 

@@ -8,10 +8,9 @@ use serde_json::Value;
 use super::{HttpProviderApi, ReconcileSettings, Reconciler};
 use crate::domain::{ProviderId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Store};
 use crate::providers::Providers;
 use crate::replay::{replay, ReplayOptions};
-use crate::store::dynamodb::DynamoStore;
 
 /// The filter of a replay invocation, as JSON.
 #[derive(Debug, Default, Deserialize)]
@@ -67,8 +66,8 @@ struct ReplayRequest {
 }
 
 /// What the operations function needs, built once per process.
-pub struct Ops {
-    pub pipeline: Pipeline<DynamoStore>,
+pub struct Ops<S> {
+    pub pipeline: Pipeline<S>,
     pub providers: Providers,
     pub api: HttpProviderApi,
     pub settings: ReconcileSettings,
@@ -80,8 +79,8 @@ const DEADLINE_MARGIN_MS: i64 = 5_000;
 
 /// Handles one invocation; `request_id` names who started a replay. `deadline_ms` (epoch ms,
 /// inside Lambda) bounds a reconciliation pass.
-pub async fn handle(
-    ops: &Ops,
+pub async fn handle<S: Store>(
+    ops: &Ops<S>,
     payload: Value,
     request_id: &str,
     deadline_ms: Option<i64>,

@@ -31,12 +31,11 @@ use crate::domain::{
     now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId,
     StateFacts,
 };
-use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
-use crate::ledger::{PaymentRecord, Payments};
-use crate::pipeline::{Answer, Delivered, Pipeline};
+use crate::eventlog::{Delivery, LogFilter, Outcome};
+use crate::ledger::PaymentRecord;
+use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
 use crate::replay::{event_of, redrive, ReplayError, RESUME_EVENT_TYPE};
-use crate::store::dynamodb::DynamoStore;
 use crate::store::StoreError;
 
 pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth};
@@ -175,8 +174,8 @@ impl Report {
 }
 
 /// A reconciliation pass over one store.
-pub struct Reconciler<'a, A> {
-    pub pipeline: &'a Pipeline<DynamoStore>,
+pub struct Reconciler<'a, S, A> {
+    pub pipeline: &'a Pipeline<S>,
     pub providers: &'a Providers,
     pub api: &'a A,
     pub settings: ReconcileSettings,
@@ -194,7 +193,7 @@ impl Budget {
     }
 }
 
-impl<A: ProviderApi> Reconciler<'_, A> {
+impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
     pub async fn run(&self) -> Result<Report, StoreError> {
         let budget_ms = u64::try_from(self.settings.budget_ms.max(0)).unwrap_or(0);
         // No new provider call starts later than one call's timeout before the end.
@@ -437,17 +436,16 @@ impl<A: ProviderApi> Reconciler<'_, A> {
                     .await?,
             );
         }
-        let results: Vec<Option<Settled>> =
-            futures::stream::iter(open.iter())
-                .map(|p| async move {
-                    if budget.spent() {
-                        return None;
-                    }
-                    Some(self.settle_payment(p).await)
-                })
-                .buffer_unordered(self.settings.concurrency.max(1))
-                .collect()
-                .await;
+        let results: Vec<Option<Settled>> = futures::stream::iter(open.iter())
+            .map(|p| async move {
+                if budget.spent() {
+                    return None;
+                }
+                Some(self.settle_payment(p).await)
+            })
+            .buffer_unordered(self.settings.concurrency.max(1))
+            .collect()
+            .await;
         if results.iter().any(Option::is_none) {
             report.deferred.push("open_payments");
         }

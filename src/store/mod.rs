@@ -1,7 +1,8 @@
-//! Persistence. Only [`dynamodb`] knows the SDK; everything else sees the capability traits in
-//! `idempotency`, `ledger` and `eventlog`, and this error.
-
-pub mod dynamodb;
+//! The seam between the code that decides and the code that stores: the error every store
+//! call can give. The capability traits live beside the types they speak
+//! ([`crate::idempotency::Claims`], [`crate::ledger::Payments`], [`crate::ledger::Ledger`],
+//! [`crate::eventlog::EventLog`]) and return this error; [`crate::dynamodb`] implements them.
+//! This module imports nothing of payhook, so every layer can see it and no import runs back up.
 
 /// A store call that did not give an answer we can act on. Every variant is retryable from the
 /// provider's point of view (we answer 5xx): nothing was decided, or what was decided is

@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use axum::body::Body;
 use axum::http::Request;
-use payhook::cli::build_app;
 use payhook::config::Config;
+use payhook::dynamodb::{DynamoStore, StoreSettings, TableNames};
 use payhook::http::App;
 use payhook::providers::generic::StandardWebhooks;
-use payhook::store::dynamodb::{DynamoStore, StoreSettings, TableNames};
+use payhook::runtime::build_app;
 use tower::ServiceExt;
 
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -159,7 +159,7 @@ pub fn config(lease_ms: i64) -> Config {
     .unwrap()
 }
 
-pub fn app(store: DynamoStore, lease_ms: i64) -> Arc<App> {
+pub fn app(store: DynamoStore, lease_ms: i64) -> Arc<App<DynamoStore>> {
     // Metrics off: EMF lines on stdout would only bury the test output.
     let mut app = build_app(&config(lease_ms), store);
     if let Some(a) = Arc::get_mut(&mut app) {
@@ -223,7 +223,7 @@ impl Resp {
 }
 
 /// Sends a request through the real router (no network).
-pub async fn send(app: &Arc<App>, req: Request<Body>) -> Resp {
+pub async fn send(app: &Arc<App<DynamoStore>>, req: Request<Body>) -> Resp {
     let res = payhook::http::router(app.clone())
         .oneshot(req)
         .await

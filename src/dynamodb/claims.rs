@@ -272,12 +272,10 @@ impl Claims for DynamoStore {
         item.map(|i| to_record(&i, &self.tables.idempotency))
             .transpose()
     }
-}
 
-impl DynamoStore {
     /// IN_PROGRESS claims whose lease expired before `now_ms`, oldest first, from the sparse
     /// `open` index (eventually consistent: reconciliation re-judges each under a condition).
-    pub async fn stuck_claims(
+    async fn stuck_claims(
         &self,
         now_ms: i64,
         limit: usize,

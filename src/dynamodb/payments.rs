@@ -643,11 +643,9 @@ impl Payments for DynamoStore {
     ) -> Result<Option<PaymentRecord>, StoreError> {
         self.read_payment(provider, reference).await
     }
-}
 
-impl DynamoStore {
     /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
-    pub async fn open_payments(
+    async fn open_payments(
         &self,
         status: PaymentStatus,
         before_ms: i64,

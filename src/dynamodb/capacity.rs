@@ -459,7 +459,7 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::dynamodb::schema::{EVENTS, IDEMPOTENCY};
+    use crate::dynamodb::schema::{EVENTS, IDEMPOTENCY};
 
     fn item(pairs: &[(&str, AttributeValue)]) -> Item {
         pairs

@@ -77,7 +77,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             fingerprint: fingerprint(ev),
         },
         payment: PaymentRecord {
-            provider: ProviderId::Generic,
+            provider: ProviderId::GENERIC,
             reference: Reference::parse("pay_1").unwrap(),
             status: PaymentStatus::Paid,
             account: Some(AccountId::parse("wallet_42").unwrap()),
@@ -138,7 +138,7 @@ fn answer(ev: &NormalisedEvent, key: &IdempotencyKey) -> String {
 
 fn emf() -> String {
     emf_line(
-        ProviderId::Generic,
+        ProviderId::GENERIC,
         Disposition::Processed {
             outcome: Outcome::Applied,
             took_over: false,

@@ -1,17 +1,16 @@
-//! Configuration, read once from the environment at start-up. Later code never reads env vars,
-//! so a bad value is one clear error at start, not a panic on some request.
+//! Configuration, read once from the environment at start-up: this is the only code that reads
+//! env vars, so a bad value is one clear error at start, not a failure on some request.
 
 use crate::domain::{AccountId, ProviderId};
 use crate::dynamodb::{StoreSettings, TableNames};
 use crate::http::ReadToken;
-use crate::providers::flutterwave::{Flutterwave, ReferenceField};
-use crate::providers::generic::{Generic, StandardWebhooks};
-use crate::providers::paystack::Paystack;
-use crate::providers::stripe::Stripe;
-use crate::providers::{Provider, Providers, SignatureError};
+use std::collections::BTreeMap;
 
-/// Every environment variable payhook reads, with what it means. The template check asserts that
-/// template.yaml sets each one the functions need; keep this the only list.
+use crate::providers::{ProviderConfigError, ProviderEnv, Providers, REGISTRY};
+use crate::reconcile::{ApiEndpoint, ReconcilePolicy};
+
+/// The environment variables payhook reads besides the providers' (each provider lists its own in
+/// its [`crate::providers::ProviderDef`]), with what they mean. [`env_vars`] is the whole list.
 pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_IDEMPOTENCY_TABLE", "claims table name"),
     ("PAYHOOK_PAYMENTS_TABLE", "payments table name"),
@@ -24,34 +23,20 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
     ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
-    ("PAYHOOK_GENERIC_SECRETS", "Standard Webhooks secrets, space-separated (rotation)"),
-    ("PAYHOOK_STRIPE_SECRETS", "Stripe endpoint secrets (whsec_…), space-separated (rotation)"),
-    ("PAYHOOK_STRIPE_ACCOUNT_KEY", "metadata key of the account on Stripe objects (default account)"),
-    ("PAYHOOK_PAYSTACK_SECRETS", "Paystack secret keys (sk_…), space-separated (rotation)"),
-    ("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "key of the account in Paystack data.metadata (default account)"),
-    ("PAYHOOK_FLUTTERWAVE_SECRETS", "Flutterwave v3 secret hashes: verif-hash and HMAC keys, space-separated"),
-    ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", "Flutterwave v4 secret hashes: HMAC keys only, space-separated"),
-    ("PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY", "key of the account in Flutterwave data.meta / meta_data (default account)"),
-    ("PAYHOOK_FLUTTERWAVE_REFERENCE", "field keying Flutterwave payments: tx_ref (default) or id"),
-    ("PAYHOOK_GENERIC_API_URL", "reconciliation: base URL of the generic provider's payment API"),
-    ("PAYHOOK_GENERIC_API_KEY", "reconciliation: bearer key of the generic provider's API"),
-    ("PAYHOOK_STRIPE_API_URL", "reconciliation: Stripe API base URL (default https://api.stripe.com)"),
-    ("PAYHOOK_STRIPE_API_KEY", "reconciliation: Stripe restricted key with read access to PaymentIntents"),
-    ("PAYHOOK_PAYSTACK_API_URL", "reconciliation: Paystack API base URL (default https://api.paystack.co)"),
-    ("PAYHOOK_PAYSTACK_API_KEY", "reconciliation: Paystack secret key"),
-    ("PAYHOOK_FLUTTERWAVE_API_URL", "reconciliation: Flutterwave API base URL (default https://api.flutterwave.com)"),
-    ("PAYHOOK_FLUTTERWAVE_API_KEY", "reconciliation: Flutterwave secret key"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
     ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];
 
-/// Env vars holding secrets, per provider. Flutterwave's v4 secrets are read separately.
-const SECRET_VARS: [(ProviderId, &str); 4] = [
-    (ProviderId::Generic, "PAYHOOK_GENERIC_SECRETS"),
-    (ProviderId::Stripe, "PAYHOOK_STRIPE_SECRETS"),
-    (ProviderId::Paystack, "PAYHOOK_PAYSTACK_SECRETS"),
-    (ProviderId::Flutterwave, "PAYHOOK_FLUTTERWAVE_SECRETS"),
-];
+/// Every environment variable payhook reads, with what it means: [`ENV_VARS`] and every
+/// registered provider's. The template check asserts that template.yaml sets each one the
+/// functions need; this is the only list.
+pub fn env_vars() -> Vec<(&'static str, &'static str)> {
+    ENV_VARS
+        .iter()
+        .copied()
+        .chain(REGISTRY.iter().flat_map(|d| d.env.iter().copied()))
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -65,28 +50,19 @@ pub enum ConfigError {
     },
 }
 
-/// Per-provider mapping settings (not secrets; safe to log).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdapterSettings {
-    pub stripe_account_key: String,
-    pub paystack_account_key: String,
-    pub flutterwave_account_key: String,
-    pub flutterwave_reference: ReferenceField,
-}
-
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     pub tables: TableNames,
     pub store: StoreSettings,
     pub lease_ms: i64,
     pub max_lease_ms: i64,
     pub tolerance_s: i64,
-    /// Raw secret values per provider; parsed by [`Config::providers`]. For Flutterwave, the v3
-    /// secret hashes.
-    pub secrets: Vec<(ProviderId, String)>,
-    /// Flutterwave v4 secrets (HMAC keys only), parsed with the v3 hashes.
-    pub flutterwave_v4_secrets: Option<String>,
-    pub adapters: AdapterSettings,
+    /// The values of every registered provider's env vars (secrets among them: never logged;
+    /// see the `Debug` impl), built into adapters by [`Config::providers`].
+    provider_env: BTreeMap<&'static str, String>,
+    /// Reconciliation: the providers' APIs that have a key set, and when to ask.
+    pub api_endpoints: Vec<ApiEndpoint>,
+    pub reconcile: ReconcilePolicy,
     /// Credited when a payment success names no account and its payment has none.
     pub default_account: Option<AccountId>,
     /// The read routes' bearer token under `payhook serve --read-api`.
@@ -109,43 +85,6 @@ fn positive(
             _ => Err(ConfigError::NotPositive { name, value: v }),
         },
     }
-}
-
-/// A metadata key: dotted segments, none empty (`account`, `customer.wallet`).
-fn key(get: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<String, ConfigError> {
-    let Some(value) = get(name).filter(|v| !v.trim().is_empty()) else {
-        return Ok("account".to_owned());
-    };
-    let key = value.trim();
-    if key
-        .split('.')
-        .any(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()))
-    {
-        return Err(ConfigError::Invalid {
-            name,
-            value,
-            reason: "must be a key such as account or customer.wallet",
-        });
-    }
-    Ok(key.to_owned())
-}
-
-fn adapter_settings(get: &impl Fn(&str) -> Option<String>) -> Result<AdapterSettings, ConfigError> {
-    let name = "PAYHOOK_FLUTTERWAVE_REFERENCE";
-    let flutterwave_reference = match get(name).filter(|v| !v.trim().is_empty()) {
-        None => ReferenceField::TxRef,
-        Some(v) => ReferenceField::parse(v.trim()).ok_or(ConfigError::Invalid {
-            name,
-            value: v,
-            reason: "must be tx_ref or id",
-        })?,
-    };
-    Ok(AdapterSettings {
-        stripe_account_key: key(get, "PAYHOOK_STRIPE_ACCOUNT_KEY")?,
-        paystack_account_key: key(get, "PAYHOOK_PAYSTACK_ACCOUNT_KEY")?,
-        flutterwave_account_key: key(get, "PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY")?,
-        flutterwave_reference,
-    })
 }
 
 impl Config {
@@ -180,94 +119,129 @@ impl Config {
                 reason: "must be at least 24 characters",
             })?),
         };
-        let secrets = SECRET_VARS
-            .into_iter()
-            .filter_map(|(p, name)| get(name).map(|v| (p, v)))
+        let provider_env: BTreeMap<&'static str, String> = REGISTRY
+            .iter()
+            .flat_map(|d| d.env.iter())
+            .filter_map(|(name, _)| get(name).map(|v| (*name, v)))
             .collect();
+        let tolerance_s = positive(&get, "PAYHOOK_SIGNATURE_TOLERANCE_S", 300)?;
+        check_provider_settings(&provider_env, tolerance_s)?;
         Ok(Config {
             tables: TableNames::from_env(&get),
             store,
             lease_ms: positive(&get, "PAYHOOK_LEASE_MS", 30_000)?,
             max_lease_ms: positive(&get, "PAYHOOK_MAX_LEASE_MS", 900_000)?,
-            tolerance_s: positive(&get, "PAYHOOK_SIGNATURE_TOLERANCE_S", 300)?,
-            secrets,
-            flutterwave_v4_secrets: get("PAYHOOK_FLUTTERWAVE_V4_SECRETS"),
-            adapters: adapter_settings(&get)?,
+            tolerance_s,
+            api_endpoints: api_endpoints(&provider_env),
+            reconcile: ReconcilePolicy {
+                pending_after_ms: positive(&get, "PAYHOOK_RECONCILE_PENDING_AFTER_S", 900)? * 1_000,
+                give_up_after_ms: positive(&get, "PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", 259_200)?
+                    * 1_000,
+            },
+            provider_env,
             default_account,
             read_token,
         })
     }
 
-    fn secret(&self, provider: ProviderId) -> Option<&str> {
-        self.secrets
-            .iter()
-            .find(|(p, _)| *p == provider)
-            .map(|(_, s)| s.as_str())
-    }
-
-    /// The Standard Webhooks scheme, if its secrets are set (`Err` if they are unusable).
-    pub fn generic(&self) -> Option<Result<StandardWebhooks, SignatureError>> {
-        self.secret(ProviderId::Generic)
-            .map(|v| StandardWebhooks::from_env_value(v, self.tolerance_s))
-    }
-
-    pub fn stripe(&self) -> Option<Result<Stripe, SignatureError>> {
-        self.secret(ProviderId::Stripe)
-            .map(|v| Stripe::from_env_value(v, self.tolerance_s, &self.adapters.stripe_account_key))
-    }
-
-    pub fn paystack(&self) -> Option<Result<Paystack, SignatureError>> {
-        self.secret(ProviderId::Paystack)
-            .map(|v| Paystack::from_env_value(v, &self.adapters.paystack_account_key))
-    }
-
-    /// Flutterwave is configured when either its v3 hashes or its v4 secrets are set.
-    pub fn flutterwave(&self) -> Option<Result<Flutterwave, SignatureError>> {
-        let v3 = self.secret(ProviderId::Flutterwave);
-        let v4 = self.flutterwave_v4_secrets.as_deref();
-        if v3.is_none() && v4.is_none() {
-            return None;
-        }
-        let a = &self.adapters;
-        Some(Flutterwave::from_env_values(
-            v3,
-            v4,
-            a.flutterwave_reference,
-            &a.flutterwave_account_key,
-        ))
-    }
-
-    /// The adapter of `provider`: `None` when it has no secret set at all.
-    fn adapter(&self, provider: ProviderId) -> Option<Result<Box<dyn Provider>, SignatureError>> {
-        fn boxed<P: Provider + 'static>(
-            r: Result<P, SignatureError>,
-        ) -> Result<Box<dyn Provider>, SignatureError> {
-            r.map(|p| Box::new(p) as Box<dyn Provider>)
-        }
-        match provider {
-            ProviderId::Generic => self
-                .generic()
-                .map(|r| boxed(r.map(|scheme| Generic { scheme }))),
-            ProviderId::Stripe => self.stripe().map(boxed),
-            ProviderId::Paystack => self.paystack().map(boxed),
-            ProviderId::Flutterwave => self.flutterwave().map(boxed),
+    fn provider_env(&self) -> ProviderEnv<'_> {
+        ProviderEnv {
+            values: &self.provider_env,
+            tolerance_s: self.tolerance_s,
         }
     }
 
-    /// Builds the adapters whose secrets parse. A provider whose secret is missing or unusable is
-    /// left out (requests for it get 503) and reported here, for the start-up log.
-    pub fn providers(&self) -> (Providers, Vec<(ProviderId, SignatureError)>) {
-        let mut adapters: Vec<Box<dyn Provider>> = Vec::new();
+    /// Sets one provider env var (tooling that signs with a secret of its own, tests).
+    pub fn with_provider_var(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.provider_env.insert(name, value.into());
+        self
+    }
+
+    /// Builds the adapters whose secrets parse, in registry order. A provider whose secret is
+    /// missing or unusable is left out (requests for it get 503) and reported here, for the
+    /// start-up log.
+    pub fn providers(&self) -> (Providers, Vec<(ProviderId, ProviderConfigError)>) {
+        let mut adapters = Vec::new();
         let mut problems = Vec::new();
-        for provider in ProviderId::ALL {
-            match self.adapter(provider) {
+        for def in REGISTRY {
+            match (def.build)(self.provider_env()) {
                 None => {}
                 Some(Ok(a)) => adapters.push(a),
-                Some(Err(e)) => problems.push((provider, e)),
+                Some(Err(e)) => problems.push((def.id, e)),
             }
         }
         (Providers::new(adapters), problems)
     }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("tables", &self.tables)
+            .field("store", &self.store)
+            .field("lease_ms", &self.lease_ms)
+            .field("max_lease_ms", &self.max_lease_ms)
+            .field("tolerance_s", &self.tolerance_s)
+            .field(
+                "providers_env_set",
+                &self.provider_env.keys().collect::<Vec<_>>(),
+            )
+            .field("api_endpoints", &self.api_endpoints)
+            .field("reconcile", &self.reconcile)
+            .field("default_account", &self.default_account)
+            .field("read_token", &self.read_token)
+            .finish()
+    }
+}
+
+/// A provider setting with no sensible meaning stops start-up; a bad secret only leaves its
+/// provider out (reported by [`Config::providers`]).
+fn check_provider_settings(
+    values: &BTreeMap<&'static str, String>,
+    tolerance_s: i64,
+) -> Result<(), ConfigError> {
+    let env = ProviderEnv {
+        values,
+        tolerance_s,
+    };
+    for def in REGISTRY {
+        if let Some(Err(ProviderConfigError::Setting {
+            name,
+            value,
+            reason,
+        })) = (def.build)(env)
+        {
+            return Err(ConfigError::Invalid {
+                name,
+                value,
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A provider's API is used when its key is set (and its URL, where it has no public default).
+fn api_endpoints(values: &BTreeMap<&'static str, String>) -> Vec<ApiEndpoint> {
+    let get = |name: &str| {
+        values
+            .get(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.trim().to_owned())
+    };
+    REGISTRY
+        .iter()
+        .filter_map(|d| {
+            let api_key = get(d.api.key_var)?;
+            let base_url =
+                get(d.api.url_var).or_else(|| d.api.default_base_url.map(str::to_owned))?;
+            Some(ApiEndpoint {
+                provider: d.id,
+                base_url,
+                api_key,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -294,11 +268,11 @@ mod tests {
             (n == "PAYHOOK_GENERIC_SECRETS").then(|| "whsec_!!!".to_owned())
         })?;
         let (providers, problems) = c.providers();
-        assert!(providers.get(ProviderId::Generic).is_none());
+        assert!(providers.get(ProviderId::GENERIC).is_none());
         assert_eq!(problems.len(), 1);
         let c =
             Config::from_lookup(|n| (n == "PAYHOOK_GENERIC_SECRETS").then(|| "   ".to_owned()))?;
-        assert!(c.providers().0.get(ProviderId::Generic).is_none());
+        assert!(c.providers().0.get(ProviderId::GENERIC).is_none());
         Ok(())
     }
 
@@ -323,9 +297,9 @@ mod tests {
         assert_eq!(
             providers.configured(),
             vec![
-                ProviderId::Stripe,
-                ProviderId::Paystack,
-                ProviderId::Flutterwave
+                ProviderId::STRIPE,
+                ProviderId::PAYSTACK,
+                ProviderId::FLUTTERWAVE
             ]
         );
         Ok(())
@@ -344,9 +318,9 @@ mod tests {
         assert_eq!(
             names,
             vec![
-                ProviderId::Stripe,
-                ProviderId::Paystack,
-                ProviderId::Flutterwave
+                ProviderId::STRIPE,
+                ProviderId::PAYSTACK,
+                ProviderId::FLUTTERWAVE
             ]
         );
         // No problem reported names a secret's value.
@@ -357,16 +331,11 @@ mod tests {
     }
 
     #[test]
-    fn adapter_settings_have_defaults_and_are_checked() -> Result<(), ConfigError> {
-        let c = with(&[])?;
-        assert_eq!(c.adapters.stripe_account_key, "account");
-        assert_eq!(c.adapters.flutterwave_reference, ReferenceField::TxRef);
-        let c = with(&[
+    fn adapter_settings_are_checked_at_start() -> Result<(), ConfigError> {
+        with(&[
             ("PAYHOOK_PAYSTACK_ACCOUNT_KEY", "customer.wallet"),
             ("PAYHOOK_FLUTTERWAVE_REFERENCE", "id"),
         ])?;
-        assert_eq!(c.adapters.paystack_account_key, "customer.wallet");
-        assert_eq!(c.adapters.flutterwave_reference, ReferenceField::Id);
         assert!(with(&[("PAYHOOK_FLUTTERWAVE_REFERENCE", "flw_ref")]).is_err());
         assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "a..b")]).is_err());
         assert!(with(&[("PAYHOOK_STRIPE_ACCOUNT_KEY", "my key")]).is_err());
@@ -395,9 +364,36 @@ mod tests {
         });
         for name in read.borrow().iter().filter(|n| n.starts_with("PAYHOOK_")) {
             assert!(
-                ENV_VARS.iter().any(|(v, _)| v == name),
-                "{name} is read but not in ENV_VARS"
+                env_vars().iter().any(|(v, _)| v == name),
+                "{name} is read but not in env_vars()"
             );
         }
+    }
+
+    #[test]
+    fn apis_are_used_only_with_a_key_and_policy_has_defaults() -> Result<(), ConfigError> {
+        let c = with(&[
+            ("PAYHOOK_STRIPE_API_KEY", "rk_test"),
+            ("PAYHOOK_GENERIC_API_KEY", "k"),
+            ("PAYHOOK_GENERIC_API_URL", "http://127.0.0.1:9"),
+            ("PAYHOOK_PAYSTACK_API_URL", "http://127.0.0.1:8"),
+            ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "60"),
+        ])?;
+        let names: Vec<_> = c
+            .api_endpoints
+            .iter()
+            .map(|e| (e.provider, e.base_url.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (ProviderId::GENERIC, "http://127.0.0.1:9"),
+                (ProviderId::STRIPE, "https://api.stripe.com")
+            ]
+        );
+        assert_eq!(c.reconcile.pending_after_ms, 60_000);
+        assert_eq!(c.reconcile.give_up_after_ms, 259_200_000);
+        assert!(!format!("{c:?}").contains("rk_test"));
+        Ok(())
     }
 }

@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn an_applied_delivery_is_one_count_under_the_provider_dimension() {
         let v = parse(&emf_line(
-            ProviderId::Generic,
+            ProviderId::GENERIC,
             Disposition::Processed {
                 outcome: Outcome::Applied,
                 took_over: false,
@@ -177,7 +177,7 @@ mod tests {
     fn every_outcome_has_its_metric_and_a_takeover_adds_one() {
         for outcome in Outcome::ALL {
             let v = parse(&emf_line(
-                ProviderId::Stripe,
+                ProviderId::STRIPE,
                 Disposition::Processed {
                     outcome,
                     took_over: true,
@@ -209,7 +209,7 @@ mod tests {
             (Rejection::TooLarge, "too_large"),
             (Rejection::NotConfigured, "not_configured"),
         ] {
-            let line = emf_line(ProviderId::Paystack, Disposition::Rejected(reason), 5, None);
+            let line = emf_line(ProviderId::PAYSTACK, Disposition::Rejected(reason), 5, None);
             assert!(!line.contains('\n'));
             let v = parse(&line);
             assert_eq!(v["Rejected"], 1);
@@ -228,7 +228,7 @@ mod tests {
     fn a_request_id_is_escaped_and_every_line_is_one_json_object() {
         let id = "a\"b\\c\n\u{1}é";
         let line = emf_line(
-            ProviderId::Flutterwave,
+            ProviderId::FLUTTERWAVE,
             Disposition::Processed {
                 outcome: Outcome::Failed,
                 took_over: false,

@@ -5,7 +5,7 @@
 //! path.
 //!
 //! Nothing here writes money. A balance read may roll a ledger checkpoint forward (see
-//! `store/dynamodb/ledger.rs`): a conditional write of totals that are already true.
+//! `dynamodb/ledger.rs`): a conditional write of totals that are already true.
 
 use std::collections::BTreeMap;
 

@@ -111,18 +111,20 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
 
 /// What the operations function (reconcile, replay) needs.
 pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error> {
-    let get = |name: &str| std::env::var(name).ok();
     let (providers, problems) = config.providers();
     for (p, e) in problems {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
-    let settings = reconcile::config::settings(&get, config.lease_ms.min(config.max_lease_ms));
+    let settings = reconcile::ReconcileSettings::from_policy(
+        config.reconcile,
+        config.lease_ms.min(config.max_lease_ms),
+    );
     let call_timeout =
         std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
     Ok(Ops {
         pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
-        api: HttpProviderApi::new(reconcile::config::endpoints(&get))?.with_timeout(call_timeout),
+        api: HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(call_timeout),
         settings,
     })
 }

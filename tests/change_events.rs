@@ -304,7 +304,7 @@ async fn every_movement_and_state_change_becomes_one_event_with_a_stable_id() {
 
     // GIVEN a registered payment: PENDING is the team's own doing, no event
     let expected = ExpectedPayment {
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         reference: Reference::parse("pay_1").unwrap(),
         account: AccountId::parse("wallet_42").unwrap(),
         money: Money::new(125_000, Currency::parse("NGN").unwrap()).unwrap(),
@@ -450,7 +450,7 @@ async fn every_movement_and_state_change_becomes_one_event_with_a_stable_id() {
         [("payhook.refund.reversed", "generic:refund_reversal:rf_3")]
     );
     let status = store
-        .payment(ProviderId::Generic, &Reference::parse("pay_2").unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse("pay_2").unwrap())
         .await
         .unwrap()
         .unwrap()

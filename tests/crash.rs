@@ -159,7 +159,7 @@ async fn a_zombie_cannot_overwrite_its_successor() {
         default_account: None,
     };
     let payhook::ledger::PaidOutcome::AlreadyApplied(paid) = store
-        .mark_paid(ProviderId::Generic, &facts, &key, new)
+        .mark_paid(ProviderId::GENERIC, &facts, &key, new)
         .await
         .unwrap()
     else {
@@ -368,7 +368,7 @@ async fn fake_provider(
 
 async fn expect(store: &DynamoStore, r: &str, acct: &str, amount: i64) {
     let e = ExpectedPayment {
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         reference: Reference::parse(r).unwrap(),
         account: AccountId::parse(acct).unwrap(),
         money: Money::new(amount, ngn()).unwrap(),
@@ -408,7 +408,7 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
     .collect();
     let (base_url, seen) = fake_provider(answers).await;
     let api = HttpProviderApi::new(vec![ApiEndpoint {
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         base_url,
         api_key: "k_test".into(),
     }])
@@ -440,7 +440,7 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
         let store = store.clone();
         async move {
             store
-                .payment(ProviderId::Generic, &Reference::parse(r).unwrap())
+                .payment(ProviderId::GENERIC, &Reference::parse(r).unwrap())
                 .await
                 .unwrap()
                 .map(|p| p.status)

@@ -35,7 +35,7 @@ fn refund(id: &str, rfd: &str, r: &str, amount: i64) -> String {
 
 async fn status(store: &DynamoStore, r: &str) -> Option<PaymentStatus> {
     store
-        .payment(ProviderId::Generic, &Reference::parse(r).unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse(r).unwrap())
         .await
         .unwrap()
         .map(|p| p.status)
@@ -76,7 +76,7 @@ async fn register(
     currency: &str,
 ) -> RegisterOutcome {
     let expected = ExpectedPayment {
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         reference: Reference::parse(r).unwrap(),
         account: AccountId::parse(acct).unwrap(),
         money: Money::new(amount, Currency::parse(currency).unwrap()).unwrap(),

@@ -149,7 +149,7 @@ fn replay_opts() -> ReplayOptions {
 }
 
 fn generic_key(op: Operation, r: &str) -> IdempotencyKey {
-    IdempotencyKey::new(ProviderId::Generic, op, &Reference::parse(r).unwrap())
+    IdempotencyKey::new(ProviderId::GENERIC, op, &Reference::parse(r).unwrap())
 }
 
 /// A reference whose placement differs between a 4- and an 8-shard layout, with `want(shard8)`.
@@ -220,7 +220,7 @@ async fn growing_the_ledger_layout_never_moves_an_entry_a_retry_takeover_or_repl
         retried.body
     );
     let paid = base
-        .payment(ProviderId::Generic, &Reference::parse(&r).unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse(&r).unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -327,7 +327,7 @@ async fn switching_the_flutterwave_reference_field_never_credits_a_payment_again
     assert_eq!(
         send(
             &tx_app,
-            provider_request(ProviderId::Flutterwave, &by_tx_ref, &a)
+            provider_request(ProviderId::FLUTTERWAVE, &by_tx_ref, &a)
         )
         .await
         .json()["key"],
@@ -336,7 +336,7 @@ async fn switching_the_flutterwave_reference_field_never_credits_a_payment_again
     assert_eq!(
         send(
             &id_app,
-            provider_request(ProviderId::Flutterwave, &by_id, &b)
+            provider_request(ProviderId::FLUTTERWAVE, &by_id, &b)
         )
         .await
         .json()["key"],
@@ -349,14 +349,14 @@ async fn switching_the_flutterwave_reference_field_never_credits_a_payment_again
         (&id_app, &by_id, &a, "flutterwave:payment:order-a"),
         (&tx_app, &by_tx_ref, &b, "flutterwave:payment:9002"),
     ] {
-        let again = send(app, provider_request(ProviderId::Flutterwave, cfg, body)).await;
+        let again = send(app, provider_request(ProviderId::FLUTTERWAVE, cfg, body)).await;
         assert!(
             again.replayed && again.json()["key"] == key,
             "{}",
             again.body
         );
         expire_claim(&store, key).await;
-        let late = send(app, provider_request(ProviderId::Flutterwave, cfg, body)).await;
+        let late = send(app, provider_request(ProviderId::FLUTTERWAVE, cfg, body)).await;
         assert_eq!(
             (late.status, late.json()["key"].clone()),
             (200, json!(key)),
@@ -378,7 +378,7 @@ async fn switching_the_flutterwave_reference_field_never_credits_a_payment_again
     for _ in 0..2 {
         let r = send(
             &id_app,
-            provider_request(ProviderId::Flutterwave, &by_id, refund),
+            provider_request(ProviderId::FLUTTERWAVE, &by_id, refund),
         )
         .await;
         assert_eq!(
@@ -423,7 +423,7 @@ async fn a_success_after_a_failure_credits_once_and_nothing_moves_a_paid_payment
     assert_eq!(late.json()["status"], "stale");
     assert_eq!(balance(&store, "w_rec").await, (900, 1));
     let p = store
-        .payment(ProviderId::Generic, &Reference::parse("pay_r").unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse("pay_r").unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -449,7 +449,7 @@ async fn paystack_metadata_sent_as_a_json_string_credits_its_account() {
     let cfg = config_with(&[]);
     let app = app_with(store.clone(), &cfg);
     let body = paystack_charge("T_str", r#""{\"account\":\"w_ps\",\"cart_id\":398}""#);
-    let r = send(&app, provider_request(ProviderId::Paystack, &cfg, &body)).await;
+    let r = send(&app, provider_request(ProviderId::PAYSTACK, &cfg, &body)).await;
     assert_eq!(
         (r.status, r.json()["account"].clone()),
         (200, json!("w_ps")),
@@ -477,11 +477,11 @@ async fn a_payment_naming_no_account_is_acknowledged_unassigned_and_applies_late
     // WHEN they arrive (and are redelivered)
     let mut answers = Vec::new();
     for _ in 0..2 {
-        answers.push(send(&app, provider_request(ProviderId::Stripe, &cfg, &stripe)).await);
+        answers.push(send(&app, provider_request(ProviderId::STRIPE, &cfg, &stripe)).await);
         answers.push(
             send(
                 &app,
-                provider_request(ProviderId::Paystack, &cfg, &paystack),
+                provider_request(ProviderId::PAYSTACK, &cfg, &paystack),
             )
             .await,
         );
@@ -514,7 +514,7 @@ async fn a_payment_naming_no_account_is_acknowledged_unassigned_and_applies_late
     // WHEN the Stripe payment gets a mapping (registered with its account) and the unassigned
     // deliveries are replayed, twice
     let expected = ExpectedPayment {
-        provider: ProviderId::Stripe,
+        provider: ProviderId::STRIPE,
         reference: Reference::parse("pi_nometa").unwrap(),
         account: AccountId::parse("w_mapped").unwrap(),
         money: Money::new(4_999, ngn()).unwrap(),
@@ -600,7 +600,7 @@ async fn a_refund_that_fails_after_it_succeeded_is_credited_back_once() {
     assert!(answers[1].replayed && answers[2].replayed);
     assert_eq!(balance(&store, "w_rev").await, (1_000, 3));
     let p = store
-        .payment(ProviderId::Generic, &Reference::parse("pay_v").unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse("pay_v").unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -667,7 +667,7 @@ async fn thirty_two_racing_refunds_all_apply_and_none_is_refused() {
     }
     assert_eq!(balance(&store, "w_race").await, (0, 33));
     let p = store
-        .payment(ProviderId::Generic, &Reference::parse("pay_race").unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse("pay_race").unwrap())
         .await
         .unwrap()
         .unwrap();

@@ -133,7 +133,12 @@ const fn step(file: &'static str, status: &'static str, replayed: bool) -> Step 
 
 /// Sends every sample of `provider` in order: first a tampered and a forged twin (401, nothing
 /// written), then the re-signed sample, whose answer must be `step`'s.
-async fn run_samples(provider: ProviderId, steps: &[Step], app: &Arc<App<DynamoStore>>, store: &DynamoStore) {
+async fn run_samples(
+    provider: ProviderId,
+    steps: &[Step],
+    app: &Arc<App<DynamoStore>>,
+    store: &DynamoStore,
+) {
     let dir = events_dir(provider.as_str());
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -208,7 +213,7 @@ async fn stripe_samples_apply_and_the_charge_and_intent_credit_once() {
         step("payment_intent_payment_failed.json", "ignored", false),
         step("payment_intent_canceled.json", "applied", false),
     ];
-    run_samples(ProviderId::Stripe, &steps, &app, &store).await;
+    run_samples(ProviderId::STRIPE, &steps, &app, &store).await;
     assert_balance(&store, &[("USD", 4999 - 1000 - 500)], 3).await;
 }
 
@@ -224,7 +229,7 @@ async fn paystack_samples_apply_and_a_replayed_request_is_a_replay() {
         step("refund_processed.json", "applied", false),
         step("refund_failed.json", "ignored", false),
     ];
-    run_samples(ProviderId::Paystack, &steps, &app, &store).await;
+    run_samples(ProviderId::PAYSTACK, &steps, &app, &store).await;
     assert_balance(&store, &[("NGN", 500_000 - 200_000)], 2).await;
 }
 
@@ -238,7 +243,7 @@ async fn flutterwave_samples_apply_in_both_schemes() {
         step("charge_completed_failed.json", "applied", false),
         step("charge_completed_v4.json", "applied", false),
     ];
-    run_samples(ProviderId::Flutterwave, &steps, &app, &store).await;
+    run_samples(ProviderId::FLUTTERWAVE, &steps, &app, &store).await;
     assert_balance(&store, &[("NGN", 125_050), ("USD", 2075)], 2).await;
 
     // A v3 delivery with only `verif-hash`: the right hash is accepted (a duplicate here), a
@@ -271,7 +276,7 @@ fn paystack_request(body: Vec<u8>, signatures: &[String]) -> Request<Body> {
 }
 
 fn paystack_sig(body: &[u8]) -> String {
-    sign_headers(ProviderId::Paystack, &config(), body, "", 0)
+    sign_headers(ProviderId::PAYSTACK, &config(), body, "", 0)
         .unwrap()
         .remove(0)
         .1
@@ -430,7 +435,7 @@ async fn stripe_refuses_old_and_future_timestamps() {
     .unwrap();
     let body = event["body"].as_str().unwrap();
     for (what, ts) in [("stale", now_s() - 301), ("future", now_s() + 301)] {
-        let sig = sign_headers(ProviderId::Stripe, &config(), body.as_bytes(), "", ts)
+        let sig = sign_headers(ProviderId::STRIPE, &config(), body.as_bytes(), "", ts)
             .unwrap()
             .remove(0)
             .1;
@@ -482,7 +487,7 @@ async fn flutterwave_amounts_that_do_not_fit_the_currency_are_refused() {
                 &event,
                 &changed,
                 &config(),
-                ProviderId::Flutterwave,
+                ProviderId::FLUTTERWAVE,
             )),
         )
         .await;

@@ -81,9 +81,9 @@ fn app_of(store: &DynamoStore) -> Arc<App<DynamoStore>> {
 
 fn api(base_url: &str, timeout_ms: u64) -> HttpProviderApi {
     let endpoints = [
-        ProviderId::Generic,
-        ProviderId::Stripe,
-        ProviderId::Paystack,
+        ProviderId::GENERIC,
+        ProviderId::STRIPE,
+        ProviderId::PAYSTACK,
     ]
     .into_iter()
     .map(|provider| ApiEndpoint {
@@ -173,7 +173,7 @@ fn ok(body: serde_json::Value) -> (u16, String, u64) {
 async fn a_partial_capture_is_read_as_webhooks_read_it_and_never_over_credited() {
     // GIVEN a Stripe payment registered for 1000 whose intent captured only 800
     let store = store("rc_partial").await;
-    expect(&store, ProviderId::Stripe, "pi_partial", "w_pc", 1_000).await;
+    expect(&store, ProviderId::STRIPE, "pi_partial", "w_pc", 1_000).await;
     let intent = json!({"id": "pi_partial", "object": "payment_intent", "status": "succeeded", "amount": 1000,
         "amount_received": 800, "currency": "ngn", "metadata": {"account": "w_pc"}});
     let (base, _) = fake_provider(Arc::new(move |_, _| ok(intent.clone()))).await;
@@ -186,7 +186,7 @@ async fn a_partial_capture_is_read_as_webhooks_read_it_and_never_over_credited()
     // what Stripe said, and how to look
     assert_eq!(balance(&store, "w_pc").await, (0, 0));
     assert_eq!(
-        status(&store, ProviderId::Stripe, "pi_partial").await,
+        status(&store, ProviderId::STRIPE, "pi_partial").await,
         Some(PaymentStatus::Pending)
     );
     let f = report
@@ -217,8 +217,8 @@ fn paystack_verify(reference: &str, status: &str) -> serde_json::Value {
 async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credits_once() {
     // GIVEN two registered Paystack payments the customer has not finished ("abandoned")
     let store = store("rc_abandoned").await;
-    expect(&store, ProviderId::Paystack, "T_ab", "w_ab", 250_000).await;
-    expect(&store, ProviderId::Paystack, "T_old", "w_ab", 250_000).await;
+    expect(&store, ProviderId::PAYSTACK, "T_ab", "w_ab", 250_000).await;
+    expect(&store, ProviderId::PAYSTACK, "T_old", "w_ab", 250_000).await;
     let (base, calls) =
         fake_provider(Arc::new(|key, _| ok(paystack_verify(key, "abandoned")))).await;
     let (providers, _) = config().providers();
@@ -268,7 +268,7 @@ async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credit
         "asked twice each, then never again"
     );
     assert_eq!(
-        status(&store, ProviderId::Paystack, "T_ab").await,
+        status(&store, ProviderId::PAYSTACK, "T_ab").await,
         Some(PaymentStatus::Pending)
     );
 
@@ -281,7 +281,7 @@ async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credit
     for _ in 0..2 {
         let mut req = axum::http::Request::post("/webhooks/paystack");
         for (k, v) in
-            sign_headers(ProviderId::Paystack, &cfg, body.as_bytes(), "m", now_s()).unwrap()
+            sign_headers(ProviderId::PAYSTACK, &cfg, body.as_bytes(), "m", now_s()).unwrap()
         {
             req = req.header(k, v);
         }
@@ -294,7 +294,7 @@ async fn an_abandoned_paystack_payment_is_not_failed_and_its_late_success_credit
     }
     assert_eq!(balance(&store, "w_ab").await, (250_000, 1));
     assert_eq!(
-        status(&store, ProviderId::Paystack, "T_ab").await,
+        status(&store, ProviderId::PAYSTACK, "T_ab").await,
         Some(PaymentStatus::Paid)
     );
 }
@@ -468,7 +468,7 @@ async fn a_provider_that_hangs_on_one_payment_cannot_stall_the_pass() {
     for i in 0..6 {
         expect(
             &store,
-            ProviderId::Generic,
+            ProviderId::GENERIC,
             &format!("slow_{i}"),
             "w_slow",
             500,
@@ -541,7 +541,7 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
     let mut truths = HashMap::new();
     for i in 0..40 {
         let r = format!("ch_{i}");
-        expect(&store, ProviderId::Generic, &r, "w_ch", 1_000 + i).await;
+        expect(&store, ProviderId::GENERIC, &r, "w_ch", 1_000 + i).await;
         let truth = if rng.gen_bool(0.75) {
             Truth::Paid
         } else {
@@ -626,7 +626,7 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
             Truth::Canceled => PaymentStatus::Failed,
         };
         assert_eq!(
-            status(&store, ProviderId::Generic, r).await,
+            status(&store, ProviderId::GENERIC, r).await,
             Some(want),
             "seed {seed}: {r}"
         );

@@ -156,7 +156,7 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
     assert_eq!(s2.results.get("replayed"), Some(&1), "{s2:?}");
     assert_eq!(balance(&store, "w_p").await, (700, 2));
     let p = store
-        .payment(ProviderId::Generic, &Reference::parse("r_p").unwrap())
+        .payment(ProviderId::GENERIC, &Reference::parse("r_p").unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -202,7 +202,7 @@ async fn a_dry_run_says_what_would_happen_and_writes_nothing() {
 fn synthetic(id_ms: i64, reference: &str, outcome: Outcome) -> Delivery {
     Delivery {
         id: Delivery::new_id(id_ms),
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         event_id: format!("evt_{id_ms}"),
         event_type: "payment.succeeded".into(),
         key: Some(IdempotencyKey::from_stored(format!(

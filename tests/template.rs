@@ -1,13 +1,13 @@
-//! template.yaml checked against the code, offline: the env vars it sets (`config::ENV_VARS`),
+//! template.yaml checked against the code, offline: the env vars it sets (`config::env_vars()`),
 //! the tables it declares (`dynamodb::schema::ALL`, streams included), the IAM it grants
-//! (the DynamoDB calls in `src/store/dynamodb/*.rs`), the routes it exposes (the webhook open,
+//! (the DynamoDB calls in `src/dynamodb/*.rs`), the routes it exposes (the webhook open,
 //! `http::read::READ_ROUTES` behind AWS_IAM), the change-event pipes and their roles, and
 //! `cfn-lint`.
 //!
 //! Nothing here is a second list of tables, keys or variables: each check walks the code's own
 //! definition and looks the template up from it.
 //!
-//! The env rule: every name in `ENV_VARS` is set on the webhook function (a variable the
+//! The env rule: every name in `env_vars()` is set on the webhook function (a variable the
 //! function ignores in Lambda, like `PAYHOOK_LEASE_MS`, is still set, so the rule stays one
 //! line), except those described "local: …" (`PAYHOOK_READ_TOKEN`), which no function may set:
 //! in Lambda reads are IAM-authorized, and a token there would be a second, weaker door. Provider secrets are set through `!If [Has…, {{resolve:…}}, AWS::NoValue]`
@@ -18,8 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 
-use payhook::config::ENV_VARS;
-use payhook::domain::ProviderId;
+use payhook::config::env_vars;
 use payhook::dynamodb::schema::{TableDef, ALL};
 use payhook::http::read::READ_ROUTES;
 use serde_json::{json, Value};
@@ -188,7 +187,7 @@ fn ref_target(v: &Value) -> Option<&str> {
 
 // ------------------------------------------------------------------------------- env vars
 
-/// The binary whose variables ENV_VARS describes as "reconciliation: …".
+/// The binary whose variables env_vars() describes as "reconciliation: …".
 const RECONCILE_BINARY: &str = "reconcile";
 
 fn reconcile_only(description: &str) -> bool {
@@ -212,7 +211,7 @@ fn binary_of(function: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// The env rule, from ENV_VARS alone: the reconcile binary gets every variable; every other
+/// The env rule, from env_vars() alone: the reconcile binary gets every variable; every other
 /// function (the webhook) gets every variable except those described "reconciliation: …", and
 /// none of those (least privilege: the webhook never holds provider API keys).
 #[test]
@@ -223,7 +222,8 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
     for (name, f) in t.functions() {
         let env = t.env(f);
         let all = binary_of(f) == RECONCILE_BINARY;
-        let wanted: Vec<&(&str, &str)> = ENV_VARS
+        let vars = env_vars();
+        let wanted: Vec<&(&str, &str)> = vars
             .iter()
             .filter(|(_, what)| !local_only(what) && (all || !reconcile_only(what)))
             .collect();
@@ -233,8 +233,8 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
             }
         }
         for var in env.keys() {
-            match ENV_VARS.iter().find(|(n, _)| n == var) {
-                None => problems.push(format!("{name}: sets {var}, which the code does not read (not in payhook::config::ENV_VARS)")),
+            match env_vars().iter().find(|(n, _)| n == var) {
+                None => problems.push(format!("{name}: sets {var}, which the code does not read (not in payhook::config::env_vars())")),
                 Some((_, what)) if local_only(what) => problems.push(format!("{name}: sets {var}, which only `payhook serve` may read ({what})")),
                 Some((_, what)) if !all && reconcile_only(what) => {
                     problems.push(format!("{name}: sets {var}, which only {RECONCILE_BINARY} reads ({what})"))
@@ -250,12 +250,12 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
                 ));
             }
         }
-        eprintln!("{name} sets {} of {} ENV_VARS", env.len(), ENV_VARS.len());
+        eprintln!("{name} sets {} of {} env vars", env.len(), env_vars().len());
     }
     assert!(t.functions().iter().any(|(n, _)| *n == webhook));
     assert!(
         problems.is_empty(),
-        "template.yaml vs payhook::config::ENV_VARS:\n  {}",
+        "template.yaml vs payhook::config::env_vars():\n  {}",
         problems.join("\n  ")
     );
 }
@@ -264,8 +264,8 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
 fn secrets_come_from_secrets_manager_never_from_the_template() {
     let t = Template::load();
     assert!(
-        ENV_VARS.iter().any(|(n, _)| is_secret(n)),
-        "ENV_VARS names no secret variable"
+        env_vars().iter().any(|(n, _)| is_secret(n)),
+        "env_vars() names no secret variable"
     );
     for (name, f) in t.functions() {
         for (var, value) in t.env(f).iter().filter(|(var, _)| is_secret(var)) {
@@ -523,7 +523,7 @@ fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
 
 // ------------------------------------------------------------------------------- IAM
 
-/// The DynamoDB calls the code makes on each table, read from `src/store/dynamodb/*.rs`: each
+/// The DynamoDB calls the code makes on each table, read from `src/dynamodb/*.rs`: each
 /// SDK call (`.put_item()`, `.query()`, …) and the `.table_name(…)` it is sent to, resolved to a
 /// role through `tables.<role>` directly or through a `let x = …tables.<role>…` binding. Calls
 /// whose table cannot be told are returned apart (they may be on any table).
@@ -547,7 +547,7 @@ fn code_calls() -> (
     let mut by_role: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
     let mut anywhere = BTreeSet::new();
     let mut unresolved = Vec::new();
-    let dir = root().join("src/store/dynamodb");
+    let dir = root().join("src/dynamodb");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -620,7 +620,7 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
             unresolved.join("\n  ")
         );
     }
-    eprintln!("src/store/dynamodb calls, per table: {calls:?}");
+    eprintln!("src/dynamodb calls, per table: {calls:?}");
     let defs: BTreeMap<&str, TableDef> = ALL.iter().map(|d| (table_of(&t, d).0, *d)).collect();
     for (name, f) in t.functions() {
         let env = t.env(f);
@@ -665,7 +665,7 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
                             None => {
                                 let ok = calls.get(def.role).is_some_and(|c| c.contains(*action))
                                     || anywhere.contains(*action);
-                                assert!(ok, "{name}: {action} on {logical}, but src/store/dynamodb never makes that call on the {} table (it makes {:?})", def.role, calls.get(def.role));
+                                assert!(ok, "{name}: {action} on {logical}, but src/dynamodb never makes that call on the {} table (it makes {:?})", def.role, calls.get(def.role));
                             }
                         }
                         let target = index
@@ -959,21 +959,20 @@ fn outputs_give_a_webhook_url_per_provider() {
                 .map(str::to_owned)
         })
         .collect();
-    for p in ProviderId::ALL {
+    for p in payhook::providers::ids() {
         let suffix = format!("/webhooks/{p}");
         assert!(
             values.iter().any(|v| v.ends_with(&suffix)),
             "no output with the URL for {p}"
         );
     }
-    for (var, _) in ENV_VARS.iter().filter(|(n, _)| n.ends_with("_SECRETS")) {
+    for (var, _) in env_vars().iter().filter(|(n, _)| n.ends_with("_SECRETS")) {
         // PAYHOOK_<PROVIDER>[_<VARIANT>]_SECRETS, e.g. PAYHOOK_FLUTTERWAVE_V4_SECRETS.
         let name = var
             .trim_start_matches("PAYHOOK_")
             .trim_end_matches("_SECRETS")
             .to_ascii_lowercase();
-        let provider = ProviderId::ALL
-            .into_iter()
+        let provider = payhook::providers::ids()
             .find(|p| name == p.as_str() || name.starts_with(&format!("{p}_")));
         assert!(provider.is_some(), "{var} names no provider");
     }

@@ -307,7 +307,7 @@ async fn other_event_types_are_ignored_and_logged() {
         (200, Some("ignored"))
     );
     let filter = LogFilter {
-        provider: Some(ProviderId::Generic),
+        provider: Some(ProviderId::GENERIC),
         event_id: Some("evt_cust".into()),
         ..LogFilter::default()
     };

@@ -150,7 +150,7 @@ impl Target {
 
     async fn try_send(&self, e: &Event) -> Result<(u16, bool), CliError> {
         let headers = sign_headers(
-            ProviderId::Generic,
+            ProviderId::GENERIC,
             &self.config,
             &e.body,
             &e.id,
@@ -363,7 +363,7 @@ async fn in_process(
 }
 
 pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<(), CliError> {
-    if config.generic().is_none() {
+    if config.providers().0.get(ProviderId::GENERIC).is_none() {
         return Err(CliError::Usage(
             "payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
         ));

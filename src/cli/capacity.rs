@@ -182,7 +182,7 @@ impl Model {
     /// requests it cost.
     pub async fn deliver(&self, body: &str) -> Result<(u16, Vec<Costed>), CliError> {
         let headers = sign_headers(
-            ProviderId::Generic,
+            ProviderId::GENERIC,
             &self.config,
             body.as_bytes(),
             "msg_capacity",
@@ -450,11 +450,7 @@ const MODEL_SECRET: &str = "whsec_Y2FwYWNpdHktbW9kZWwtc2VjcmV0LWtleQ==";
 
 pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Result<(), CliError> {
     let prefix = format!("capacity-{}", now_ms());
-    let mut config = config;
-    config.secrets.retain(|(p, _)| *p != ProviderId::Generic);
-    config
-        .secrets
-        .push((ProviderId::Generic, MODEL_SECRET.into()));
+    let config = config.with_provider_var("PAYHOOK_GENERIC_SECRETS", MODEL_SECRET);
     let mut model = Model::new(&store, &prefix, &config, args.seed).await?;
     let each = (args.deliveries / 10).max(5);
     let mut per = Vec::new();

@@ -12,11 +12,10 @@ use serde_json::Value;
 use super::CliError;
 use crate::config::Config;
 use crate::domain::{now_ms, ProviderId};
-use crate::providers::{flutterwave, paystack, stripe, SignatureError};
 
-/// Headers that sign `body` for `provider` at `now_s` with the first configured secret, as that
-/// provider would send them. `event_id` is used only where the scheme signs one (Standard
-/// Webhooks). Flutterwave gets `flutterwave-signature`, plus `verif-hash` when v3 hashes are set.
+/// Headers that sign `body` for `provider` at `now_s` with its first configured secret, as that
+/// provider would send them (the adapter signs: [`crate::providers::Provider::sign`]).
+/// `event_id` is used only where the scheme signs one (Standard Webhooks).
 pub fn sign_headers(
     provider: ProviderId,
     config: &Config,
@@ -24,41 +23,14 @@ pub fn sign_headers(
     event_id: &str,
     now_s: i64,
 ) -> Result<Vec<(String, String)>, CliError> {
-    let missing = || CliError::Usage(format!("no secret configured for {provider}"));
-    let unusable = |e: SignatureError| CliError::Usage(format!("{provider}: {e}"));
-    match provider {
-        ProviderId::Generic => {
-            let scheme = config.generic().ok_or_else(missing)?.map_err(unusable)?;
-            Ok(vec![
-                ("webhook-id".into(), event_id.to_owned()),
-                ("webhook-timestamp".into(), now_s.to_string()),
-                (
-                    "webhook-signature".into(),
-                    scheme.sign(event_id, now_s, body),
-                ),
-            ])
-        }
-        ProviderId::Stripe => {
-            let stripe = config.stripe().ok_or_else(missing)?.map_err(unusable)?;
-            Ok(vec![(stripe::HEADER.into(), stripe.sign(now_s, body))])
-        }
-        ProviderId::Paystack => {
-            let paystack = config.paystack().ok_or_else(missing)?.map_err(unusable)?;
-            Ok(vec![(paystack::HEADER.into(), paystack.sign(body))])
-        }
-        ProviderId::Flutterwave => {
-            let fw = config
-                .flutterwave()
-                .ok_or_else(missing)?
-                .map_err(unusable)?;
-            let mut headers = vec![(flutterwave::SIGNATURE_HEADER.to_owned(), fw.sign(body))];
-            headers.extend(
-                fw.verif_hash()
-                    .map(|h| (flutterwave::HASH_HEADER.to_owned(), h)),
-            );
-            Ok(headers)
-        }
+    let (providers, problems) = config.providers();
+    if let Some(adapter) = providers.get(provider) {
+        return Ok(adapter.sign(body, event_id, now_s));
     }
+    Err(match problems.into_iter().find(|(p, _)| *p == provider) {
+        Some((_, e)) => CliError::Usage(format!("{provider}: {e}")),
+        None => CliError::Usage(format!("no secret configured for {provider}")),
+    })
 }
 
 /// The provider named by an API Gateway event's path (`/webhooks/{provider}`).
@@ -68,7 +40,7 @@ pub fn provider_of(event: &Value) -> Result<ProviderId, CliError> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     path.strip_prefix("/webhooks/")
-        .and_then(ProviderId::parse)
+        .and_then(crate::providers::registered)
         .ok_or_else(|| {
             CliError::Usage(format!("event path {path:?} is not /webhooks/{{provider}}"))
         })

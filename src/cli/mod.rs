@@ -221,7 +221,8 @@ fn usage<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, CliE
 }
 
 fn provider(name: &str) -> Result<ProviderId, CliError> {
-    ProviderId::parse(name).ok_or_else(|| CliError::Usage(format!("unknown provider {name:?}")))
+    crate::providers::registered(name)
+        .ok_or_else(|| CliError::Usage(format!("unknown provider {name:?}")))
 }
 
 impl EventsArgs {
@@ -260,7 +261,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         } => print_json(&serde_json::json!({
             "tables": schema::ALL.iter().map(|d| serde_json::json!({
                 "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
-            "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            "env": crate::config::env_vars().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
         })),
         Command::Ledger {
             action: LedgerAction::Shards { grow, grow_index },

@@ -68,42 +68,79 @@ text_newtype!(
     AccountId, 200
 );
 
-/// The provider adapter a delivery came through; part of every key, so two providers' references
-/// can never collide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderId {
-    Generic,
-    Stripe,
-    Paystack,
-    Flutterwave,
+/// The provider adapter a delivery came through (`generic`, `stripe`, …); part of every key, so
+/// two providers' references can never collide. A short lowercase name, held inline so it stays
+/// `Copy`. Which names are served is the provider registry's business
+/// ([`crate::providers::REGISTRY`]), not the vocabulary's: an item stored under any provider
+/// still reads.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProviderId {
+    len: u8,
+    bytes: [u8; ProviderId::MAX_LEN],
 }
 
 impl ProviderId {
-    pub const ALL: [ProviderId; 4] = [
-        ProviderId::Generic,
-        ProviderId::Stripe,
-        ProviderId::Paystack,
-        ProviderId::Flutterwave,
-    ];
+    pub const MAX_LEN: usize = 15;
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderId::Generic => "generic",
-            ProviderId::Stripe => "stripe",
-            ProviderId::Paystack => "paystack",
-            ProviderId::Flutterwave => "flutterwave",
+    /// A name of 1 to 15 characters of `a-z`, `0-9`, `_`: it is a key prefix, a URL path
+    /// segment and part of env var names (`PAYHOOK_{NAME}_SECRETS`).
+    pub const fn new(name: &str) -> Option<Self> {
+        let b = name.as_bytes();
+        if b.is_empty() || b.len() > Self::MAX_LEN {
+            return None;
+        }
+        let mut bytes = [0u8; Self::MAX_LEN];
+        let mut i = 0;
+        while i < b.len() {
+            if !(b[i].is_ascii_lowercase() || b[i].is_ascii_digit() || b[i] == b'_') {
+                return None;
+            }
+            bytes[i] = b[i];
+            i += 1;
+        }
+        Some(ProviderId {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    /// A provider's own constant (`providers::stripe::ID`): a bad name fails the build.
+    #[expect(
+        clippy::panic,
+        reason = "const evaluation only: a bad constant is a compile error, never a runtime panic"
+    )]
+    pub const fn from_static(name: &'static str) -> Self {
+        match Self::new(name) {
+            Some(id) => id,
+            None => panic!("a provider name is 1-15 characters of a-z, 0-9, _"),
         }
     }
 
     pub fn parse(name: &str) -> Option<Self> {
-        ProviderId::ALL.into_iter().find(|p| p.as_str() == name)
+        Self::new(name)
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII bytes are ever stored (checked in `new`).
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }
 }
 
 impl fmt::Display for ProviderId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.as_str())
+    }
+}
+
+impl fmt::Debug for ProviderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ProviderId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -325,11 +362,27 @@ mod tests {
     }
 
     #[test]
+    fn provider_names_are_short_lowercase_words() {
+        assert_eq!(
+            ProviderId::parse("stripe").map(|p| p.to_string()),
+            Some("stripe".into())
+        );
+        assert_eq!(format!("{:>8}", ProviderId::from_static("x1")), "      x1");
+        for bad in ["", "Stripe", "a:b", "a#b", "sixteen_chars_xx", "é"] {
+            assert_eq!(ProviderId::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn key_is_provider_operation_reference() -> Result<(), TextError> {
         let r = Reference::parse("pay_1")?;
-        let k = IdempotencyKey::new(ProviderId::Generic, Operation::Payment, &r);
+        let (generic, stripe) = (
+            ProviderId::from_static("generic"),
+            ProviderId::from_static("stripe"),
+        );
+        let k = IdempotencyKey::new(generic, Operation::Payment, &r);
         assert_eq!(k.as_str(), "generic:payment:pay_1");
-        let k = IdempotencyKey::new(ProviderId::Stripe, Operation::Refund, &r);
+        let k = IdempotencyKey::new(stripe, Operation::Refund, &r);
         assert_eq!(k.as_str(), "stripe:refund:pay_1");
         assert_eq!(k.operation(), Some(Operation::Refund));
         assert_eq!(

@@ -215,7 +215,7 @@ impl DynamoStore {
     async fn plan(&self, f: &LogFilter) -> Result<Vec<Vec<Partition>>, StoreError> {
         let providers: Vec<ProviderId> = f
             .provider
-            .map_or_else(|| ProviderId::ALL.to_vec(), |p| vec![p]);
+            .map_or_else(|| crate::providers::ids().collect(), |p| vec![p]);
         if let Some(r) = &f.reference {
             let parts = providers
                 .iter()

@@ -89,7 +89,7 @@ async fn webhook<S: Store>(
         .map(|c| c.request_id.clone());
     let rid = request_id.as_deref().unwrap_or("-");
     // No metric for an unknown name: it is caller input, and would become a dimension value.
-    let Some(provider_id) = ProviderId::parse(&provider) else {
+    let Some(provider_id) = crate::providers::registered(&provider) else {
         return error(
             StatusCode::NOT_FOUND,
             "unknown_provider",

@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{error, App};
-use crate::domain::{AccountId, ProviderId, Reference};
+use crate::domain::{AccountId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::pipeline::Store;
 use crate::read::{self, DeliveryQuery, ReadError};
@@ -239,7 +239,7 @@ async fn payment<S: Store>(
     State(app): State<Arc<App<S>>>,
     Path((provider, reference)): Path<(String, String)>,
 ) -> Response {
-    let Some(provider_id) = ProviderId::parse(&provider) else {
+    let Some(provider_id) = crate::providers::registered(&provider) else {
         return error(
             StatusCode::NOT_FOUND,
             "unknown_provider",
@@ -306,7 +306,7 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
         provider: params
             .get("provider")
             .map(|p| {
-                ProviderId::parse(p)
+                crate::providers::registered(p)
                     .ok_or_else(|| bad("provider", format!("unknown provider {p:?}")))
             })
             .transpose()?,

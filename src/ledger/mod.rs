@@ -184,7 +184,7 @@ pub fn judge_paid(
 #[cfg(test)]
 fn placeholder(facts: &PaymentFacts) -> PaymentRecord {
     PaymentRecord {
-        provider: ProviderId::Generic,
+        provider: ProviderId::GENERIC,
         reference: facts.reference.clone(),
         status: PaymentStatus::Pending,
         account: facts.account.clone(),
@@ -675,7 +675,7 @@ mod tests {
 
     fn key(op: Operation, r: &str) -> R<IdempotencyKey> {
         Ok(IdempotencyKey::new(
-            ProviderId::Generic,
+            ProviderId::GENERIC,
             op,
             &Reference::parse(r)?,
         ))

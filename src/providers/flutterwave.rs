@@ -20,11 +20,90 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
-use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
+use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
+use super::{
+    single_header, PayloadError, Provider, ProviderConfigError, ProviderTruth, SignatureError,
+};
 use crate::domain::{
     AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId,
     Reference, StateFacts, UnpricedRefund,
 };
+
+pub const ID: ProviderId = ProviderId::from_static("flutterwave");
+
+impl ProviderId {
+    pub const FLUTTERWAVE: ProviderId = ID;
+}
+
+const SECRETS: &str = "PAYHOOK_FLUTTERWAVE_SECRETS";
+const V4_SECRETS: &str = "PAYHOOK_FLUTTERWAVE_V4_SECRETS";
+const ACCOUNT_KEY: &str = "PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY";
+const REFERENCE: &str = "PAYHOOK_FLUTTERWAVE_REFERENCE";
+
+pub const DEF: ProviderDef = ProviderDef {
+    id: ID,
+    env: &[
+        (
+            SECRETS,
+            "Flutterwave v3 secret hashes: verif-hash and HMAC keys, space-separated",
+        ),
+        (
+            V4_SECRETS,
+            "Flutterwave v4 secret hashes: HMAC keys only, space-separated",
+        ),
+        (
+            ACCOUNT_KEY,
+            "key of the account in Flutterwave data.meta / meta_data (default account)",
+        ),
+        (
+            REFERENCE,
+            "field keying Flutterwave payments: tx_ref (default) or id",
+        ),
+        (
+            "PAYHOOK_FLUTTERWAVE_API_URL",
+            "reconciliation: Flutterwave API base URL (default https://api.flutterwave.com)",
+        ),
+        (
+            "PAYHOOK_FLUTTERWAVE_API_KEY",
+            "reconciliation: Flutterwave secret key",
+        ),
+    ],
+    build,
+    api: ApiDef {
+        url_var: "PAYHOOK_FLUTTERWAVE_API_URL",
+        default_base_url: Some("https://api.flutterwave.com"),
+        key_var: "PAYHOOK_FLUTTERWAVE_API_KEY",
+    },
+};
+
+/// Configured when either its v3 hashes or its v4 secrets are set.
+fn build(env: ProviderEnv<'_>) -> super::Built {
+    let settings = env.metadata_key(ACCOUNT_KEY).and_then(|key| {
+        let reference = match env.setting(REFERENCE) {
+            None => ReferenceField::TxRef,
+            Some(v) => ReferenceField::parse(v.trim()).ok_or(ProviderConfigError::Setting {
+                name: REFERENCE,
+                value: v.to_owned(),
+                reason: "must be tx_ref or id",
+            })?,
+        };
+        Ok((key, reference))
+    });
+    let (account_key, reference) = match settings {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    let (v3, v4) = (env.get(SECRETS), env.get(V4_SECRETS));
+    if v3.is_none() && v4.is_none() {
+        return None;
+    }
+    boxed(Flutterwave::from_env_values(
+        v3,
+        v4,
+        reference,
+        &account_key,
+    ))
+}
 
 /// The HMAC signature header.
 pub const SIGNATURE_HEADER: &str = "flutterwave-signature";
@@ -147,7 +226,13 @@ impl Flutterwave {
 
 impl Provider for Flutterwave {
     fn id(&self) -> ProviderId {
-        ProviderId::Flutterwave
+        ID
+    }
+
+    fn sign(&self, body: &[u8], _event_id: &str, _now_s: i64) -> Vec<(String, String)> {
+        let mut headers = vec![(SIGNATURE_HEADER.to_owned(), Flutterwave::sign(self, body))];
+        headers.extend(self.verif_hash().map(|h| (HASH_HEADER.to_owned(), h)));
+        headers
     }
 
     fn verify(&self, headers: &HeaderMap, body: &[u8], _now_s: i64) -> Result<(), SignatureError> {
@@ -190,7 +275,7 @@ impl Provider for Flutterwave {
         };
         let transaction_id = transaction_of(&f, &kind)?;
         Ok(NormalisedEvent {
-            provider: ProviderId::Flutterwave,
+            provider: ProviderId::FLUTTERWAVE,
             event_id,
             event_type,
             kind,

@@ -8,11 +8,49 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
+use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts,
     StateFacts,
 };
+
+pub const ID: ProviderId = ProviderId::from_static("generic");
+
+impl ProviderId {
+    pub const GENERIC: ProviderId = ID;
+}
+
+const SECRETS: &str = "PAYHOOK_GENERIC_SECRETS";
+
+pub const DEF: ProviderDef = ProviderDef {
+    id: ID,
+    env: &[
+        (
+            SECRETS,
+            "Standard Webhooks secrets, space-separated (rotation)",
+        ),
+        (
+            "PAYHOOK_GENERIC_API_URL",
+            "reconciliation: base URL of the generic provider's payment API",
+        ),
+        (
+            "PAYHOOK_GENERIC_API_KEY",
+            "reconciliation: bearer key of the generic provider's API",
+        ),
+    ],
+    build,
+    api: ApiDef {
+        url_var: "PAYHOOK_GENERIC_API_URL",
+        default_base_url: None,
+        key_var: "PAYHOOK_GENERIC_API_KEY",
+    },
+};
+
+fn build(env: ProviderEnv<'_>) -> super::Built {
+    let value = env.get(SECRETS)?;
+    boxed(StandardWebhooks::from_env_value(value, env.tolerance_s).map(|scheme| Generic { scheme }))
+}
 
 /// Verifies Standard Webhooks signatures with any of several secrets (rotation).
 #[derive(Debug, Clone)]
@@ -98,7 +136,18 @@ pub struct Generic {
 
 impl Provider for Generic {
     fn id(&self) -> ProviderId {
-        ProviderId::Generic
+        ID
+    }
+
+    fn sign(&self, body: &[u8], event_id: &str, now_s: i64) -> Vec<(String, String)> {
+        vec![
+            ("webhook-id".into(), event_id.to_owned()),
+            ("webhook-timestamp".into(), now_s.to_string()),
+            (
+                "webhook-signature".into(),
+                self.scheme.sign(event_id, now_s, body),
+            ),
+        ]
     }
 
     fn verify(&self, headers: &HeaderMap, body: &[u8], now_s: i64) -> Result<(), SignatureError> {
@@ -127,7 +176,7 @@ impl Provider for Generic {
             _ => EventKind::Ignored,
         };
         Ok(NormalisedEvent {
-            provider: ProviderId::Generic,
+            provider: ProviderId::GENERIC,
             event_id,
             event_type,
             kind,

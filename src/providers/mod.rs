@@ -1,5 +1,10 @@
 //! Provider adapters. Each verifies a delivery's raw body the provider's way, then maps its
 //! payload to a [`NormalisedEvent`]. Nothing past this module knows a provider's wire format.
+//!
+//! One module per provider holds all it takes: its name ([`ProviderId`] constant), the env vars
+//! it reads, how its adapter is built from them, how it signs (tooling and tests), how its API is
+//! asked about a payment and how that answer is read (reconciliation). Each exports a
+//! [`ProviderDef`] and is listed once in [`REGISTRY`]; the rest of the code iterates the registry.
 
 pub mod flutterwave;
 pub mod generic;
@@ -7,6 +12,8 @@ pub mod json;
 pub mod paystack;
 pub mod signature;
 pub mod stripe;
+
+use std::collections::BTreeMap;
 
 use http::HeaderMap;
 
@@ -57,6 +64,10 @@ pub trait Provider: Send + Sync {
 
     /// Verifies the signature over the raw body bytes, before any parsing.
     fn verify(&self, headers: &HeaderMap, body: &[u8], now_s: i64) -> Result<(), SignatureError>;
+
+    /// The headers that sign `body` as this provider sends them at `now_s`, with its first
+    /// secret (sample events, tests, the demo). `event_id` is used where the scheme signs one.
+    fn sign(&self, body: &[u8], event_id: &str, now_s: i64) -> Vec<(String, String)>;
 
     /// Maps a verified (or stored, for replay) body to a normalised event.
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError>;
@@ -147,4 +158,109 @@ impl std::fmt::Debug for Providers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.configured()).finish()
     }
+}
+
+/// A provider's environment, read once at start-up by [`crate::config::Config`]: the values of
+/// the variables its [`ProviderDef`] names, and the common signature tolerance.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderEnv<'a> {
+    pub values: &'a BTreeMap<&'static str, String>,
+    pub tolerance_s: i64,
+}
+
+impl ProviderEnv<'_> {
+    /// The value of `name` as set, blanks included: a secret variable set to nothing is a
+    /// configuration mistake to report, not an absent provider.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// The value of a setting, if set to something other than blanks.
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        self.get(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A metadata key setting (`account`, `customer.wallet`): dotted segments, none empty;
+    /// `account` when unset.
+    pub fn metadata_key(&self, name: &'static str) -> Result<String, ProviderConfigError> {
+        let Some(value) = self.setting(name) else {
+            return Ok("account".to_owned());
+        };
+        let key = value.trim();
+        if key
+            .split('.')
+            .any(|s| s.is_empty() || s.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(ProviderConfigError::Setting {
+                name,
+                value: value.to_owned(),
+                reason: "must be a key such as account or customer.wallet",
+            });
+        }
+        Ok(key.to_owned())
+    }
+}
+
+/// Why a provider's configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderConfigError {
+    /// A secret that cannot be a secret of this provider: the provider is left out (503).
+    #[error(transparent)]
+    Secret(#[from] SignatureError),
+    /// A setting with no sensible meaning: the process refuses to start.
+    #[error("{name} {reason}, got {value:?}")]
+    Setting {
+        name: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+}
+
+/// Where reconciliation asks a provider about a payment.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiDef {
+    /// Env var overriding the base URL.
+    pub url_var: &'static str,
+    /// The provider's public API, if it has one (generic: none, the URL must be set).
+    pub default_base_url: Option<&'static str>,
+    /// Env var of the API key; the API is used only when it is set.
+    pub key_var: &'static str,
+}
+
+/// The adapter a [`ProviderDef`] builds: `None` when its secrets are not set.
+pub type Built = Option<Result<Box<dyn Provider>, ProviderConfigError>>;
+
+/// Everything payhook knows about one provider besides its adapter's methods.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderDef {
+    pub id: ProviderId,
+    /// Every env var it reads, with what it means (listed by `config::env_vars`, set by
+    /// template.yaml, checked by tests/template.rs).
+    pub env: &'static [(&'static str, &'static str)],
+    /// Builds its adapter from its env. Settings are checked even when no secret is set, so a
+    /// bad one stops start-up rather than waiting for the secret.
+    pub build: fn(ProviderEnv<'_>) -> Built,
+    pub api: ApiDef,
+}
+
+/// Boxes a built adapter.
+pub fn boxed<P: Provider + 'static>(r: Result<P, SignatureError>) -> Built {
+    Some(
+        r.map(|p| Box::new(p) as Box<dyn Provider>)
+            .map_err(Into::into),
+    )
+}
+
+/// Every provider payhook serves. Adding one: a module under providers/ exporting its
+/// `ProviderDef`, and its line here.
+pub const REGISTRY: &[ProviderDef] = &[generic::DEF, stripe::DEF, paystack::DEF, flutterwave::DEF];
+
+/// The registered provider named `name`.
+pub fn registered(name: &str) -> Option<ProviderId> {
+    REGISTRY.iter().map(|d| d.id).find(|id| id.as_str() == name)
+}
+
+/// Every registered provider, in registry order.
+pub fn ids() -> impl Iterator<Item = ProviderId> {
+    REGISTRY.iter().map(|d| d.id)
 }

@@ -16,10 +16,56 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
+use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts,
 };
+
+pub const ID: ProviderId = ProviderId::from_static("paystack");
+
+impl ProviderId {
+    pub const PAYSTACK: ProviderId = ID;
+}
+
+const SECRETS: &str = "PAYHOOK_PAYSTACK_SECRETS";
+const ACCOUNT_KEY: &str = "PAYHOOK_PAYSTACK_ACCOUNT_KEY";
+
+pub const DEF: ProviderDef = ProviderDef {
+    id: ID,
+    env: &[
+        (
+            SECRETS,
+            "Paystack secret keys (sk_…), space-separated (rotation)",
+        ),
+        (
+            ACCOUNT_KEY,
+            "key of the account in Paystack data.metadata (default account)",
+        ),
+        (
+            "PAYHOOK_PAYSTACK_API_URL",
+            "reconciliation: Paystack API base URL (default https://api.paystack.co)",
+        ),
+        (
+            "PAYHOOK_PAYSTACK_API_KEY",
+            "reconciliation: Paystack secret key",
+        ),
+    ],
+    build,
+    api: ApiDef {
+        url_var: "PAYHOOK_PAYSTACK_API_URL",
+        default_base_url: Some("https://api.paystack.co"),
+        key_var: "PAYHOOK_PAYSTACK_API_KEY",
+    },
+};
+
+fn build(env: ProviderEnv<'_>) -> super::Built {
+    let account_key = match env.metadata_key(ACCOUNT_KEY) {
+        Ok(k) => k,
+        Err(e) => return Some(Err(e)),
+    };
+    boxed(Paystack::from_env_value(env.get(SECRETS)?, &account_key))
+}
 
 /// The signature header.
 pub const HEADER: &str = "x-paystack-signature";
@@ -65,7 +111,11 @@ impl Paystack {
 
 impl Provider for Paystack {
     fn id(&self) -> ProviderId {
-        ProviderId::Paystack
+        ID
+    }
+
+    fn sign(&self, body: &[u8], _event_id: &str, _now_s: i64) -> Vec<(String, String)> {
+        vec![(HEADER.into(), Paystack::sign(self, body))]
     }
 
     fn verify(&self, headers: &HeaderMap, body: &[u8], _now_s: i64) -> Result<(), SignatureError> {
@@ -100,7 +150,7 @@ impl Provider for Paystack {
         };
         let event_id = event_id(&f, &event_type)?;
         Ok(NormalisedEvent {
-            provider: ProviderId::Paystack,
+            provider: ProviderId::PAYSTACK,
             event_id,
             event_type,
             kind,

@@ -18,11 +18,58 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
+use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     Currency, EventKind, Money, MoneyError, NormalisedEvent, PaymentFacts, PaymentStatus,
     ProviderId, Reference, RefundFacts, StateFacts,
 };
+
+pub const ID: ProviderId = ProviderId::from_static("stripe");
+
+impl ProviderId {
+    pub const STRIPE: ProviderId = ID;
+}
+
+const SECRETS: &str = "PAYHOOK_STRIPE_SECRETS";
+const ACCOUNT_KEY: &str = "PAYHOOK_STRIPE_ACCOUNT_KEY";
+
+pub const DEF: ProviderDef = ProviderDef {
+    id: ID,
+    env: &[
+        (
+            SECRETS,
+            "Stripe endpoint secrets (whsec_…), space-separated (rotation)",
+        ),
+        (
+            ACCOUNT_KEY,
+            "metadata key of the account on Stripe objects (default account)",
+        ),
+        (
+            "PAYHOOK_STRIPE_API_URL",
+            "reconciliation: Stripe API base URL (default https://api.stripe.com)",
+        ),
+        (
+            "PAYHOOK_STRIPE_API_KEY",
+            "reconciliation: Stripe restricted key with read access to PaymentIntents",
+        ),
+    ],
+    build,
+    api: ApiDef {
+        url_var: "PAYHOOK_STRIPE_API_URL",
+        default_base_url: Some("https://api.stripe.com"),
+        key_var: "PAYHOOK_STRIPE_API_KEY",
+    },
+};
+
+fn build(env: ProviderEnv<'_>) -> super::Built {
+    let account_key = match env.metadata_key(ACCOUNT_KEY) {
+        Ok(k) => k,
+        Err(e) => return Some(Err(e)),
+    };
+    let value = env.get(SECRETS)?;
+    boxed(Stripe::from_env_value(value, env.tolerance_s, &account_key))
+}
 
 /// The signature header (HTTP header names are case-insensitive; `HeaderMap` keys are lower case).
 pub const HEADER: &str = "stripe-signature";
@@ -129,7 +176,11 @@ fn parse_header(value: &str) -> Result<SignatureHeader<'_>, SignatureError> {
 
 impl Provider for Stripe {
     fn id(&self) -> ProviderId {
-        ProviderId::Stripe
+        ID
+    }
+
+    fn sign(&self, body: &[u8], _event_id: &str, now_s: i64) -> Vec<(String, String)> {
+        vec![(HEADER.into(), Stripe::sign(self, now_s, body))]
     }
 
     /// Checks the signature first and the timestamp after, so only an authentic request learns
@@ -165,7 +216,7 @@ impl Provider for Stripe {
             _ => EventKind::Ignored,
         };
         Ok(NormalisedEvent {
-            provider: ProviderId::Stripe,
+            provider: ProviderId::STRIPE,
             event_id,
             event_type,
             kind,

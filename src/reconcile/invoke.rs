@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{HttpProviderApi, ReconcileSettings, Reconciler};
-use crate::domain::{ProviderId, Reference};
+use crate::domain::Reference;
 use crate::eventlog::{LogFilter, Outcome};
 use crate::pipeline::{Pipeline, Store};
 use crate::providers::Providers;
@@ -30,7 +30,7 @@ impl FilterJson {
             provider: self
                 .provider
                 .as_deref()
-                .map(|p| ProviderId::parse(p).ok_or(format!("unknown provider {p}")))
+                .map(|p| crate::providers::registered(p).ok_or(format!("unknown provider {p}")))
                 .transpose()?,
             reference: self
                 .reference

@@ -19,7 +19,6 @@
 //! and a step cut short by the budget resumes on the next pass.
 
 pub mod api;
-pub mod config;
 pub mod invoke;
 
 use std::time::{Duration, Instant};
@@ -42,6 +41,26 @@ pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth
 
 /// The cursor of step 2, stored with the log.
 pub const FAILED_CURSOR: &str = "reconcile.failed_deliveries";
+
+/// The thresholds an operator sets ([`crate::config::Config`] reads them from
+/// `PAYHOOK_RECONCILE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcilePolicy {
+    pub pending_after_ms: i64,
+    pub give_up_after_ms: i64,
+}
+
+impl ReconcileSettings {
+    /// The default pass with the operator's thresholds and the lease its claims take.
+    pub fn from_policy(policy: ReconcilePolicy, lease_ms: i64) -> Self {
+        ReconcileSettings {
+            pending_after_ms: policy.pending_after_ms,
+            give_up_after_ms: policy.give_up_after_ms,
+            lease_ms,
+            ..ReconcileSettings::default()
+        }
+    }
+}
 
 /// Thresholds of one pass.
 #[derive(Debug, Clone, Copy)]
@@ -241,7 +260,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
             let finding = |detail: &str| {
                 Finding::new(
                     "stuck_claim",
-                    provider.unwrap_or(ProviderId::Generic),
+                    provider.unwrap_or(ProviderId::GENERIC),
                     claim.key.to_string(),
                     detail,
                 )

@@ -22,26 +22,13 @@ use payhook::eventlog::Outcome;
 use payhook::idempotency::{judge_existing, ClaimRecord, ClaimState, StoredResponse};
 use payhook::ledger::{judge_paid, PaymentRecord};
 use payhook::metrics::{emf_line, Disposition};
+use payhook::pipeline::Applied;
 use payhook::providers::generic::{Generic, StandardWebhooks};
 use payhook::providers::Provider;
-use serde::Serialize;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const NOW_S: i64 = 1_764_670_000;
 const BODY: &str = r#"{"id":"evt_1","type":"payment.succeeded","created":1764670000,"data":{"reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}}"#;
-
-/// The pipeline's applied answer body (private there), field for field.
-#[derive(Serialize)]
-struct Applied<'a> {
-    status: &'static str,
-    key: &'a str,
-    reference: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment_reference: Option<&'a str>,
-    account: &'a str,
-    amount: i64,
-    currency: &'a str,
-}
 
 fn headers(scheme: &StandardWebhooks) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -86,7 +73,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             refunded_minor: 0,
             refund_keys: Vec::new(),
             reversed_refund_keys: Vec::new(),
-            paid_key: Some(key.as_str().to_owned()),
+            paid_key: Some(key.clone()),
             ledger_shard: Some(0),
             credit_at_ms: Some(0),
             history: Vec::new(),
@@ -97,14 +84,19 @@ fn stored(ev: &NormalisedEvent) -> Stored {
 }
 
 /// The claim fingerprint, by the pipeline's own code.
-fn fingerprint(ev: &NormalisedEvent) -> String {
+fn fingerprint(ev: &NormalisedEvent) -> payhook::domain::Fingerprint {
     payhook::domain::ClaimedFacts::of(&ev.kind)
         .map(|f| f.fingerprint())
-        .unwrap_or_default()
+        .unwrap_or_else(|| payhook::domain::Fingerprint::from_stored(String::new()))
 }
 
 /// Both judges the pipeline may consult, on the store's answers.
-fn decide(ev: &NormalisedEvent, key: &IdempotencyKey, fp: &str, s: &Stored) -> bool {
+fn decide(
+    ev: &NormalisedEvent,
+    key: &IdempotencyKey,
+    fp: &payhook::domain::Fingerprint,
+    s: &Stored,
+) -> bool {
     let EventKind::PaymentSucceeded(p) = &ev.kind else {
         return false;
     };
@@ -124,16 +116,8 @@ fn answer(ev: &NormalisedEvent, key: &IdempotencyKey) -> String {
     let EventKind::PaymentSucceeded(p) = &ev.kind else {
         return String::new();
     };
-    let body = Applied {
-        status: "applied",
-        key: key.as_str(),
-        reference: p.reference.as_str(),
-        payment_reference: None,
-        account: p.account.as_ref().map_or("", |a| a.as_str()),
-        amount: p.money.amount.get(),
-        currency: p.money.currency.as_str(),
-    };
-    serde_json::to_string(&body).unwrap_or_default()
+    let account = p.account.as_ref().map_or("", |a| a.as_str());
+    serde_json::to_string(&Applied::payment(key, p, account)).unwrap_or_default()
 }
 
 fn emf() -> String {

@@ -88,8 +88,10 @@ pub struct Delivered<'a> {
     pub started_by: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Applied<'a> {
+/// The body of an applied movement's answer: what the provider is told and the claim stores
+/// for every duplicate.
+#[derive(Debug, Serialize)]
+pub struct Applied<'a> {
     status: &'static str,
     key: &'a str,
     reference: &'a str,
@@ -98,6 +100,39 @@ struct Applied<'a> {
     account: &'a str,
     amount: i64,
     currency: &'a str,
+}
+
+impl<'a> Applied<'a> {
+    /// A payment's credit.
+    pub fn payment(key: &'a IdempotencyKey, p: &'a PaymentFacts, account: &'a str) -> Self {
+        Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: p.reference.as_str(),
+            payment_reference: None,
+            account,
+            amount: p.money.amount.get(),
+            currency: p.money.currency.as_str(),
+        }
+    }
+
+    /// A refund's debit (`amount` negative) or its reversal's credit back.
+    pub fn refund(
+        key: &'a IdempotencyKey,
+        r: &'a RefundFacts,
+        account: &'a str,
+        amount: i64,
+    ) -> Self {
+        Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: r.refund_reference.as_str(),
+            payment_reference: Some(r.payment_reference.as_str()),
+            account,
+            amount,
+            currency: r.money.currency.as_str(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -422,15 +457,7 @@ impl<S: Store> Pipeline<S> {
             .post(&payment, key, amount, p.money.currency, &p.reference)
             .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
-        let body = Applied {
-            status: "applied",
-            key: key.as_str(),
-            reference: p.reference.as_str(),
-            payment_reference: None,
-            account,
-            amount,
-            currency: p.money.currency.as_str(),
-        };
+        let body = Applied::payment(key, p, account);
         Ok(Settled::Final(applied(
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,
@@ -516,15 +543,8 @@ impl<S: Store> Pipeline<S> {
                 &r.payment_reference,
             )
             .await?;
-        let body = Applied {
-            status: "applied",
-            key: key.as_str(),
-            reference: r.refund_reference.as_str(),
-            payment_reference: Some(r.payment_reference.as_str()),
-            account: payment.account.as_ref().map_or("", AccountId::as_str),
-            amount,
-            currency: r.money.currency.as_str(),
-        };
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
+        let body = Applied::refund(key, r, account, amount);
         Ok(Settled::Final(applied(
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,
@@ -572,15 +592,8 @@ impl<S: Store> Pipeline<S> {
                 &r.payment_reference,
             )
             .await?;
-        let body = Applied {
-            status: "applied",
-            key: key.as_str(),
-            reference: r.refund_reference.as_str(),
-            payment_reference: Some(r.payment_reference.as_str()),
-            account: payment.account.as_ref().map_or("", AccountId::as_str),
-            amount,
-            currency: r.money.currency.as_str(),
-        };
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
+        let body = Applied::refund(key, r, account, amount);
         Ok(Settled::Final(applied(
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,

@@ -38,7 +38,9 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
         .as_deref()
         .ok_or_else(|| ReplayError::Facts("the delivery was read without its body".into()))?;
     if d.event_type == RESUME_EVENT_TYPE {
-        let kind = ClaimedFacts::parse_kind(body).map_err(ReplayError::Facts)?;
+        // A resume's stored body is the claim's fingerprint (reconcile logs it so).
+        let fingerprint = crate::domain::Fingerprint::from_stored(body.to_owned());
+        let kind = ClaimedFacts::parse_kind(&fingerprint).map_err(ReplayError::Facts)?;
         return Ok(NormalisedEvent {
             provider: d.provider,
             event_id: d.event_id.clone(),
@@ -124,17 +126,16 @@ async fn already_moved<S: Store>(
     let Some(p) = store.payment(event.provider, reference).await? else {
         return Ok(false);
     };
-    let k = key.as_str();
     Ok(match &event.kind {
-        EventKind::PaymentSucceeded(_) => p.paid_key.as_deref() == Some(k),
-        EventKind::RefundSucceeded(_) => p.refund_keys.iter().any(|r| r == k),
+        EventKind::PaymentSucceeded(_) => p.paid_key.as_ref() == Some(key),
+        EventKind::RefundSucceeded(_) => p.refund_keys.contains(key),
         EventKind::RefundReversed(r) => {
             let refund = crate::domain::IdempotencyKey::new(
                 event.provider,
                 crate::domain::Operation::Refund,
                 &r.refund_reference,
             );
-            p.reversed_refund_keys.iter().any(|x| x == refund.as_str())
+            p.reversed_refund_keys.contains(&refund)
         }
         _ => false,
     })

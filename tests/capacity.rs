@@ -120,7 +120,15 @@ async fn a_balance_read_costs_shards_plus_recent_entries_not_history() {
         post(&store, &acct, i, old + i as i64, 10).await;
     }
     let key = IdempotencyKey::from_stored("generic:payment:in_flight".into());
-    let ClaimOutcome::Claimed { .. } = store.claim(&key, "{}", 60_000).await.unwrap() else {
+    let ClaimOutcome::Claimed { .. } = store
+        .claim(
+            &key,
+            &payhook::domain::Fingerprint::from_stored("{}".into()),
+            60_000,
+        )
+        .await
+        .unwrap()
+    else {
         panic!("claim")
     };
     let claimed_at = payhook::domain::now_ms();

@@ -138,9 +138,11 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     let app = app(store.clone(), 30_000);
     let body = payment_body("e_z", "pay_z", "w_z", 900, "NGN");
     let key = IdempotencyKey::from_stored("generic:payment:pay_z".into());
-    let fp =
-        r#"{"op":"payment","reference":"pay_z","account":"w_z","amount":900,"currency":"NGN"}"#;
-    let ClaimOutcome::Claimed { token: a, .. } = store.claim(&key, fp, 50).await.unwrap() else {
+    let fp = payhook::domain::Fingerprint::from_stored(
+        r#"{"op":"payment","reference":"pay_z","account":"w_z","amount":900,"currency":"NGN"}"#
+            .into(),
+    );
+    let ClaimOutcome::Claimed { token: a, .. } = store.claim(&key, &fp, 50).await.unwrap() else {
         panic!("A must win")
     };
     tokio::time::sleep(Duration::from_millis(80)).await;
@@ -150,7 +152,7 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     assert_eq!((b.status, b.replayed), (200, false), "{}", b.body);
 
     // AND A wakes up, resumes its steps and tries to finalize with its own answer
-    let ev = payhook::domain::ClaimedFacts::parse_kind(fp).unwrap();
+    let ev = payhook::domain::ClaimedFacts::parse_kind(&fp).unwrap();
     let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else {
         panic!()
     };

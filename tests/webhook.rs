@@ -191,8 +191,10 @@ async fn duplicate_claim_falls_back_to_a_consistent_get_when_no_item_is_returned
 
     // WHEN the same key is claimed again
     let key = IdempotencyKey::from_stored("generic:payment:pay_fb".into());
-    let fp = r#"{"op":"payment","reference":"pay_fb","account":"wallet_fb","amount":500,"currency":"NGN"}"#;
-    let outcome = counted.claim(&key, fp, 30_000).await.unwrap();
+    let fp = payhook::domain::Fingerprint::from_stored(
+        r#"{"op":"payment","reference":"pay_fb","account":"wallet_fb","amount":500,"currency":"NGN"}"#.into(),
+    );
+    let outcome = counted.claim(&key, &fp, 30_000).await.unwrap();
 
     // THEN dynalite returned no ALL_OLD item, so exactly one consistent GetItem decided: replay
     assert!(
@@ -262,7 +264,7 @@ async fn a_key_in_flight_gets_409_with_retry_after() {
     let store = store("inflight").await;
     let app = app(store.clone(), 30_000);
     let key = IdempotencyKey::from_stored("generic:payment:pay_if".into());
-    let held = store.claim(&key, r#"{"op":"payment","reference":"pay_if","account":"w_if","amount":10,"currency":"NGN"}"#, 60_000).await.unwrap();
+    let held = store.claim(&key, &payhook::domain::Fingerprint::from_stored(r#"{"op":"payment","reference":"pay_if","account":"w_if","amount":10,"currency":"NGN"}"#.into()), 60_000).await.unwrap();
     assert!(matches!(held, ClaimOutcome::Claimed { .. }));
 
     // WHEN the provider delivers

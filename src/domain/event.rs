@@ -144,6 +144,25 @@ impl Serialize for ProviderId {
     }
 }
 
+/// What a claim's operation moves, as stored on the claim: the canonical JSON of its
+/// [`ClaimedFacts`] (kind, reference, account, amount, currency; never event ids or times). The
+/// same key with another fingerprint is other money under one reference: a conflict, never a
+/// duplicate. Compared whole, never parsed except to resume a stuck claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// A fingerprint read back from the store.
+    pub fn from_stored(text: String) -> Self {
+        Fingerprint(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The money movements the claim protocol guards. State-only events are not operations: a
 /// single conditional transition is idempotent by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -186,6 +205,13 @@ impl IdempotencyKey {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The provider named in the key (`{provider}:{operation}:{reference}`), if it names one.
+    pub fn provider(&self) -> Option<ProviderId> {
+        self.0
+            .split_once(':')
+            .and_then(|(p, _)| ProviderId::parse(p))
     }
 
     /// The operation named in the key (`{provider}:{operation}:{reference}`), if it names one.
@@ -385,6 +411,11 @@ mod tests {
         let k = IdempotencyKey::new(stripe, Operation::Refund, &r);
         assert_eq!(k.as_str(), "stripe:refund:pay_1");
         assert_eq!(k.operation(), Some(Operation::Refund));
+        assert_eq!(k.provider(), Some(stripe));
+        assert_eq!(
+            IdempotencyKey::from_stored("nonsense".into()).provider(),
+            None
+        );
         assert_eq!(
             IdempotencyKey::from_stored("generic:refund_reversal:re_1".into()).operation(),
             Some(Operation::RefundReversal)
@@ -456,13 +487,14 @@ impl ClaimedFacts {
     }
 
     /// The canonical text stored as the claim's fingerprint.
-    pub fn fingerprint(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint(serde_json::to_string(self).unwrap_or_default())
     }
 
     /// Rebuilds the event kind from a stored fingerprint (reconciliation of a stuck claim).
-    pub fn parse_kind(fingerprint: &str) -> Result<EventKind, String> {
-        let facts: ClaimedFacts = serde_json::from_str(fingerprint).map_err(|e| e.to_string())?;
+    pub fn parse_kind(fingerprint: &Fingerprint) -> Result<EventKind, String> {
+        let facts: ClaimedFacts =
+            serde_json::from_str(fingerprint.as_str()).map_err(|e| e.to_string())?;
         let money = |amount: i64, currency: &str| -> Result<Money, String> {
             let c = super::Currency::parse(currency).map_err(|e| e.to_string())?;
             Money::new(amount, c).map_err(|e| e.to_string())
@@ -537,7 +569,7 @@ mod facts_tests {
             .map(|f| f.fingerprint())
             .ok_or("no facts")?;
         assert_eq!(
-            fp,
+            fp.as_str(),
             r#"{"op":"payment","reference":"pay_1","account":"wallet_42","amount":125000,"currency":"NGN"}"#
         );
         assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);
@@ -551,7 +583,7 @@ mod facts_tests {
             .map(|f| f.fingerprint())
             .ok_or("no facts")?;
         assert_eq!(
-            fp,
+            fp.as_str(),
             r#"{"op":"payment","reference":"pay_1","amount":125000,"currency":"NGN"}"#
         );
         assert_eq!(ClaimedFacts::parse_kind(&fp)?, kind);

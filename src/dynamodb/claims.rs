@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
-use crate::domain::{expires_at_s, now_ms, IdempotencyKey};
+use crate::domain::{expires_at_s, now_ms, Fingerprint, IdempotencyKey};
 use crate::idempotency::{
     judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Claims, Existing, FinalizeOutcome,
     OwnerToken, StoredResponse,
@@ -24,7 +24,7 @@ const CLAIM_ROUNDS: usize = 3;
 fn to_record(item: &Item, table: &str) -> Result<ClaimRecord, StoreError> {
     let r = Reader::new(item, table);
     let key = IdempotencyKey::from_stored(r.str("pk")?.to_owned());
-    let fingerprint = r.str("fingerprint")?.to_owned();
+    let fingerprint = Fingerprint::from_stored(r.str("fingerprint")?.to_owned());
     let state = match r.str("status")? {
         IN_PROGRESS => ClaimState::InProgress {
             owner: OwnerToken::from_stored(r.str("owner")?.to_owned()),
@@ -66,7 +66,7 @@ impl DynamoStore {
     async fn put_claim(
         &self,
         key: &IdempotencyKey,
-        fingerprint: &str,
+        fingerprint: &Fingerprint,
         token: &OwnerToken,
         lease_ms: i64,
     ) -> Result<Result<(), Option<Item>>, StoreError> {
@@ -85,7 +85,7 @@ impl DynamoStore {
             .item("open", s(open))
             .item("owner", s(token.as_str()))
             .item("lease_expires_at_ms", n(now + lease_ms))
-            .item("fingerprint", s(fingerprint))
+            .item("fingerprint", s(fingerprint.as_str()))
             .item("created_at_ms", n(now))
             .item("updated_at_ms", n(now))
             // No TTL until DONE (finalize sets it): a claim stuck IN_PROGRESS stays until
@@ -146,7 +146,7 @@ impl Claims for DynamoStore {
     async fn claim(
         &self,
         key: &IdempotencyKey,
-        fingerprint: &str,
+        fingerprint: &Fingerprint,
         lease_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
         let token = OwnerToken::generate();

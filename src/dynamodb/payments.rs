@@ -45,6 +45,14 @@ fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
     )])
 }
 
+/// Keys as stored in a string set.
+fn keys(stored: Vec<String>) -> Vec<IdempotencyKey> {
+    stored
+        .into_iter()
+        .map(IdempotencyKey::from_stored)
+        .collect()
+}
+
 fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
     let r = Reader::new(item, table);
     let history = r
@@ -76,9 +84,11 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
             .transpose()
             .map_err(|_| r.corrupt("currency"))?,
         refunded_minor: r.opt_num("refunded_minor")?.unwrap_or(0),
-        refund_keys: r.str_set("refund_keys"),
-        reversed_refund_keys: r.str_set("reversed_refund_keys"),
-        paid_key: r.opt_str("paid_key").map(str::to_owned),
+        refund_keys: keys(r.str_set("refund_keys")),
+        reversed_refund_keys: keys(r.str_set("reversed_refund_keys")),
+        paid_key: r
+            .opt_str("paid_key")
+            .map(|k| IdempotencyKey::from_stored(k.to_owned())),
         ledger_shard: r
             .opt_num("ledger_shard")?
             .map(|v| u32::try_from(v).map_err(|_| r.corrupt("ledger_shard out of range")))

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use serde::Serialize;
 
-use crate::domain::IdempotencyKey;
+use crate::domain::{Fingerprint, IdempotencyKey};
 use crate::store::StoreError;
 
 /// Who holds a claim. Finalize and release are conditioned on it, so an invocation whose lease
@@ -37,9 +37,9 @@ pub struct StoredResponse {
 pub struct ClaimRecord {
     pub key: IdempotencyKey,
     pub state: ClaimState,
-    /// What the operation moves (`account|amount|currency`…): the same key with other money
-    /// fields is a conflict, not a duplicate.
-    pub fingerprint: String,
+    /// What the operation moves ([`Fingerprint`]): the same key with other money is a
+    /// conflict, not a duplicate.
+    pub fingerprint: Fingerprint,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub enum ClaimOutcome {
     /// Another attempt holds a live lease: answer retryable, move nothing.
     InFlight { retry_after_ms: i64 },
     /// The key was claimed for different money: answer 422, move nothing.
-    Conflict { stored_fingerprint: String },
+    Conflict { stored_fingerprint: Fingerprint },
 }
 
 /// What to do about an existing claim that made our conditional put fail. Pure, so every branch
@@ -82,19 +82,19 @@ pub enum Existing {
 /// that then fails the condition is our own claim, not a rival's.
 pub fn judge_existing(
     existing: &ClaimRecord,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
     now_ms: i64,
     mine: &OwnerToken,
 ) -> Existing {
     if let ClaimState::InProgress { owner, .. } = &existing.state {
-        if owner == mine && existing.fingerprint == fingerprint {
+        if owner == mine && existing.fingerprint == *fingerprint {
             return Existing::Decided(ClaimOutcome::Claimed {
                 token: mine.clone(),
                 took_over: false,
             });
         }
     }
-    if existing.fingerprint != fingerprint {
+    if existing.fingerprint != *fingerprint {
         return Existing::Decided(ClaimOutcome::Conflict {
             stored_fingerprint: existing.fingerprint.clone(),
         });
@@ -129,7 +129,7 @@ pub trait Claims: Sync {
     fn claim(
         &self,
         key: &IdempotencyKey,
-        fingerprint: &str,
+        fingerprint: &Fingerprint,
         lease_ms: i64,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
@@ -172,8 +172,12 @@ mod tests {
         ClaimRecord {
             key: IdempotencyKey::from_stored("generic:payment:p".into()),
             state,
-            fingerprint: "fp".into(),
+            fingerprint: fp(),
         }
+    }
+
+    fn fp() -> Fingerprint {
+        Fingerprint::from_stored("fp".into())
     }
 
     fn other() -> OwnerToken {
@@ -188,7 +192,7 @@ mod tests {
         };
         let r = record(ClaimState::Done(stored.clone()));
         assert_eq!(
-            judge_existing(&r, "fp", 0, &other()),
+            judge_existing(&r, &fp(), 0, &other()),
             Existing::Decided(ClaimOutcome::Replay(stored))
         );
     }
@@ -201,7 +205,7 @@ mod tests {
             lease_expires_at_ms: i64::MAX,
         });
         assert_eq!(
-            judge_existing(&r, "fp", 0, &me),
+            judge_existing(&r, &fp(), 0, &me),
             Existing::Decided(ClaimOutcome::Claimed {
                 token: me,
                 took_over: false
@@ -217,13 +221,13 @@ mod tests {
             lease_expires_at_ms: 1_000,
         });
         assert_eq!(
-            judge_existing(&r, "fp", 400, &other()),
+            judge_existing(&r, &fp(), 400, &other()),
             Existing::Decided(ClaimOutcome::InFlight {
                 retry_after_ms: 600
             })
         );
         assert_eq!(
-            judge_existing(&r, "fp", 1_000, &other()),
+            judge_existing(&r, &fp(), 1_000, &other()),
             Existing::TakeOver {
                 previous_owner: owner
             }
@@ -242,9 +246,9 @@ mod tests {
         });
         for r in [done, live] {
             assert_eq!(
-                judge_existing(&r, "other", 0, &other()),
+                judge_existing(&r, &Fingerprint::from_stored("other".into()), 0, &other()),
                 Existing::Decided(ClaimOutcome::Conflict {
-                    stored_fingerprint: "fp".into()
+                    stored_fingerprint: fp()
                 })
             );
         }

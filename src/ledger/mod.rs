@@ -28,10 +28,10 @@ pub struct PaymentRecord {
     pub amount_minor: Option<i64>,
     pub currency: Option<Currency>,
     pub refunded_minor: i64,
-    pub refund_keys: Vec<String>,
+    pub refund_keys: Vec<IdempotencyKey>,
     /// Refunds the provider reported failed: credited back if they had been applied, void if not.
-    pub reversed_refund_keys: Vec<String>,
-    pub paid_key: Option<String>,
+    pub reversed_refund_keys: Vec<IdempotencyKey>,
+    pub paid_key: Option<IdempotencyKey>,
     /// The ledger shard of this payment's entries (its credit, refunds and reversals), decided
     /// once, in the write that made it PAID. `None` only for payments paid before it was stored.
     pub ledger_shard: Option<u32>,
@@ -165,7 +165,7 @@ pub fn judge_paid(
         return PaidJudgement::Decided(PaidOutcome::Mismatch(m, existing));
     }
     if existing.status.is_paid() {
-        return PaidJudgement::Decided(if existing.paid_key.as_deref() == Some(key.as_str()) {
+        return PaidJudgement::Decided(if existing.paid_key.as_ref() == Some(key) {
             PaidOutcome::AlreadyApplied(existing)
         } else {
             PaidOutcome::NotPayable(existing)
@@ -265,10 +265,10 @@ pub fn judge_refund(
     let Some(e) = existing else {
         return Decided(RefundOutcome::NotYetPaid(None));
     };
-    if e.refund_keys.iter().any(|k| k == key.as_str()) {
+    if e.refund_keys.contains(key) {
         return Decided(RefundOutcome::AlreadyApplied(e));
     }
-    if e.reversed_refund_keys.iter().any(|k| k == key.as_str()) {
+    if e.reversed_refund_keys.contains(key) {
         return Decided(RefundOutcome::Voided(e));
     }
     if let Some(m) = currency_mismatch(&e, facts.money.currency) {
@@ -345,11 +345,8 @@ pub fn judge_reversal(
     let Some(e) = existing else {
         return Decided(ReversalOutcome::NotYetPaid);
     };
-    let applied = e.refund_keys.iter().any(|k| k == refund_key.as_str());
-    if e.reversed_refund_keys
-        .iter()
-        .any(|k| k == refund_key.as_str())
-    {
+    let applied = e.refund_keys.contains(refund_key);
+    if e.reversed_refund_keys.contains(refund_key) {
         return Decided(if applied {
             ReversalOutcome::AlreadyApplied(e)
         } else {
@@ -499,7 +496,7 @@ pub fn shard_of_payment(payment: &PaymentRecord, key: &IdempotencyKey) -> u32 {
 /// for payments without a recorded placement, whose entries keep the old sort key).
 pub fn movement_time(payment: &PaymentRecord, key: &IdempotencyKey) -> Option<i64> {
     payment.ledger_shard?;
-    if payment.paid_key.as_deref() == Some(key.as_str()) {
+    if payment.paid_key.as_ref() == Some(key) {
         return payment.credit_at_ms;
     }
     let reversal = key
@@ -689,7 +686,7 @@ mod tests {
         };
         let mut rec = placeholder(&facts);
         rec.status = PaymentStatus::Paid;
-        rec.paid_key = Some(key.to_owned());
+        rec.paid_key = Some(IdempotencyKey::from_stored(key.to_owned()));
         Ok((rec, facts))
     }
 
@@ -728,7 +725,7 @@ mod tests {
             PaidJudgement::Recover
         );
         rec.status = PaymentStatus::Paid;
-        rec.paid_key = Some("generic:payment:other".into());
+        rec.paid_key = Some(IdempotencyKey::from_stored("generic:payment:other".into()));
         assert!(matches!(
             judge_paid(Some(rec), &facts, &key, false),
             PaidJudgement::Decided(PaidOutcome::NotPayable(_))
@@ -801,12 +798,12 @@ mod tests {
                 ..
             })
         ));
-        rec.reversed_refund_keys.push(key.to_string());
+        rec.reversed_refund_keys.push(key.clone());
         assert!(matches!(
             judge_refund(Some(rec.clone()), &facts, &key),
             RefundJudgement::Decided(RefundOutcome::Voided(_))
         ));
-        rec.refund_keys.push(key.to_string());
+        rec.refund_keys.push(key.clone());
         assert!(matches!(
             judge_refund(Some(rec), &facts, &key),
             RefundJudgement::Decided(RefundOutcome::AlreadyApplied(_))
@@ -824,7 +821,7 @@ mod tests {
             judge_reversal(Some(rec.clone()), &facts, &refund_key),
             ReversalJudgement::Write(ReversalWrite::Void)
         );
-        rec.refund_keys.push(refund_key.to_string());
+        rec.refund_keys.push(refund_key.clone());
         rec.refunded_minor = 10;
         rec.status = PaymentStatus::PartiallyRefunded;
         assert_eq!(
@@ -836,7 +833,7 @@ mod tests {
             judge_reversal(Some(rec.clone()), &facts, &refund_key),
             ReversalJudgement::Write(ReversalWrite::Restore(PaymentStatus::PartiallyRefunded))
         );
-        rec.reversed_refund_keys.push(refund_key.to_string());
+        rec.reversed_refund_keys.push(refund_key.clone());
         assert!(matches!(
             judge_reversal(Some(rec), &facts, &refund_key),
             ReversalJudgement::Decided(ReversalOutcome::AlreadyApplied(_))

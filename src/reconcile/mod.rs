@@ -256,7 +256,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 report.deferred.push("stuck_claims");
                 break;
             }
-            let provider = provider_of(&claim.key);
+            let provider = claim.key.provider();
             let finding = |detail: &str| {
                 Finding::new(
                     "stuck_claim",
@@ -278,7 +278,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 kind,
                 transaction_id: None,
             };
-            let answer = self.process(&event, &claim.fingerprint).await;
+            let answer = self.process(&event, claim.fingerprint.as_str()).await;
             report.file(answer, finding("resumed"));
         }
         Ok(())
@@ -598,8 +598,3 @@ enum Bucket {
 /// One open payment's settlement: the pipeline's answer (or why there is none), the finding to
 /// report and where it goes.
 type Settled = (Result<Answer, String>, Finding, Bucket);
-
-/// The provider named by a key's first component.
-fn provider_of(key: &IdempotencyKey) -> Option<ProviderId> {
-    key.as_str().split(':').next().and_then(ProviderId::parse)
-}

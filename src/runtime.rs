@@ -101,5 +101,6 @@ pub fn ops(config: &Config, store: DynamoStore) -> Result<Ops, std::io::Error> {
         providers,
         api: HttpProviderApi::new(reconcile::config::endpoints(&get))?.with_timeout(call_timeout),
         settings,
+        metrics: crate::metrics::MetricsSink::for_process(None),
     })
 }

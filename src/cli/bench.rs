@@ -349,7 +349,7 @@ async fn in_process(
     counted.create_tables().await?;
     let mut app = super::build_app(config, counted);
     if let Some(app) = Arc::get_mut(&mut app) {
-        app.metrics = false;
+        app.metrics = crate::metrics::MetricsSink::Off;
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

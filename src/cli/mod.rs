@@ -17,6 +17,7 @@ use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::http::{App, ReadAccess};
 use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use crate::metrics::MetricsSink;
 use crate::pipeline::Pipeline;
 use crate::read::{self, DeliveryQuery};
 use crate::store::dynamodb::{schema, DynamoStore};
@@ -44,6 +45,10 @@ pub enum Command {
         /// `Authorization: Bearer $PAYHOOK_READ_TOKEN`.
         #[arg(long)]
         read_api: bool,
+        /// Where the CloudWatch EMF line of each delivery goes: `emf` (stdout, as in Lambda),
+        /// `stderr`, or `off` (the default outside Lambda: stdout is for results).
+        #[arg(long, value_name = "SINK")]
+        metrics: Option<MetricsSink>,
     },
     /// Create the tables (idempotent), or print their schema.
     Tables {
@@ -83,7 +88,12 @@ pub enum Command {
     },
     /// One reconciliation pass: resume stuck claims, ask providers about open payments,
     /// re-drive failed deliveries. Prints the report (JSON).
-    Reconcile,
+    Reconcile {
+        /// Where the pass's CloudWatch EMF line goes: `emf` (stdout, beside the report),
+        /// `stderr`, or `off` (the default outside Lambda).
+        #[arg(long, value_name = "SINK")]
+        metrics: Option<MetricsSink>,
+    },
     /// Re-drive stored deliveries through the pipeline (same filters as `events`). Replaying
     /// what was applied changes nothing; what failed or was parked applies now.
     Replay {
@@ -252,7 +262,20 @@ impl EventsArgs {
 /// Runs one command with clients built once by the binary.
 pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
     match command {
-        Command::Serve { addr, read_api } => serve(addr, read_api, config, store).await,
+        Command::Serve {
+            addr,
+            read_api,
+            metrics,
+        } => {
+            serve(
+                addr,
+                read_api,
+                MetricsSink::for_process(metrics),
+                config,
+                store,
+            )
+            .await
+        }
         Command::Tables {
             action: TablesAction::Create,
         } => print_json(&store.create_tables().await?),
@@ -328,8 +351,9 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         }
         Command::Payments { action } => payments(action, &store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
-        Command::Reconcile => {
-            let ops = crate::runtime::ops(&config, store)?;
+        Command::Reconcile { metrics } => {
+            let mut ops = crate::runtime::ops(&config, store)?;
+            ops.metrics = MetricsSink::for_process(metrics);
             let report =
                 crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None)
                     .await
@@ -469,10 +493,11 @@ pub fn serve_read_access(
     }
 }
 
-/// Serves the router on `addr` until Ctrl-C or SIGTERM.
+/// Serves the router on `addr` until Ctrl-C or SIGTERM, EMF lines to `metrics`.
 async fn serve(
     addr: SocketAddr,
     read_api: bool,
+    metrics: MetricsSink,
     config: Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
@@ -480,6 +505,7 @@ async fn serve(
     let mut app = build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
+        a.metrics = metrics;
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");
@@ -517,7 +543,7 @@ pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
-        metrics: true,
+        metrics: MetricsSink::for_process(None),
         // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod capacity;
 pub mod client;
 mod demo;
+mod progress;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -354,11 +355,11 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Reconcile { metrics } => {
             let mut ops = crate::runtime::ops(&config, store)?;
             ops.metrics = MetricsSink::for_process(metrics);
+            let spinner = progress::spinner("reconciling");
             let report =
-                crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None)
-                    .await
-                    .map_err(CliError::Other)?;
-            print_json(&report)
+                crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
+            spinner.finish_and_clear();
+            print_json(&report.map_err(CliError::Other)?)
         }
         Command::Replay {
             filter,
@@ -403,31 +404,22 @@ async fn replay_command(
         include_replays,
         max,
     };
+    // The total is known once the deliveries are selected, at the first report.
+    let bar = progress::bar("replaying", 0);
     let summary = crate::replay::replay(
         &ops.pipeline,
         &ops.providers,
         &filter.filter()?,
         &opts,
-        progress_bar,
+        |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
     )
     .await
     .map_err(|e| CliError::Other(e.to_string()))?;
-    eprintln!();
+    bar.finish();
     print_json(&summary)
-}
-
-/// A one-line progress bar on stderr.
-fn progress_bar(done: usize, total: usize) {
-    let width = 30;
-    let filled = (done * width)
-        .checked_div(total)
-        .unwrap_or(width)
-        .min(width);
-    eprint!(
-        "\rreplaying [{}{}] {done}/{total}",
-        "#".repeat(filled),
-        "-".repeat(width - filled)
-    );
 }
 
 async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {

@@ -118,6 +118,13 @@ async fn exit_codes_tell_usage_from_failure() {
     assert_eq!(bad_sink.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad_sink.stderr).contains("off, emf (stdout) or stderr"));
 
+    // So is a time nobody could read, or one given both ways.
+    let bad_time = run(&["events", "--since", "last tuesday"]);
+    assert_eq!(bad_time.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_time.stderr).contains("duration back from now"));
+    let both = run(&["replay", "--since", "24h", "--since-ms", "5", "--dry-run"]);
+    assert_eq!(both.status.code(), Some(2));
+
     // A value the command itself refuses (CliError::Usage) is also 2.
     let bad_outcome = run(&["events", "--outcome", "nonsense"]);
     assert_eq!(bad_outcome.status.code(), Some(2));

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod client;
 mod demo;
 mod progress;
+pub mod time;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -197,6 +198,13 @@ pub struct EventsArgs {
     /// Epoch milliseconds, exclusive.
     #[arg(long)]
     pub until_ms: Option<i64>,
+    /// Inclusive, as typed: 2026-12-01 (UTC midnight), 2026-12-01T10:00:00Z (RFC 3339, any
+    /// offset), or back from now: 30s, 90m, 24h, 7d.
+    #[arg(long = "since", value_name = "TIME", value_parser = time::time_arg, conflicts_with = "since_ms")]
+    pub since_time_ms: Option<i64>,
+    /// Exclusive, in the forms `--since` takes.
+    #[arg(long = "until", value_name = "TIME", value_parser = time::time_arg, conflicts_with = "until_ms")]
+    pub until_time_ms: Option<i64>,
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
     #[arg(long)]
@@ -254,8 +262,8 @@ impl EventsArgs {
                         .ok_or_else(|| CliError::Usage(format!("unknown outcome {o:?}")))
                 })
                 .transpose()?,
-            since_ms: self.since_ms,
-            until_ms: self.until_ms,
+            since_ms: self.since_ms.or(self.since_time_ms),
+            until_ms: self.until_ms.or(self.until_time_ms),
         })
     }
 }
@@ -540,4 +548,63 @@ pub fn build_app(config: &Config, store: DynamoStore) -> Arc<App> {
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(args: &[&str]) -> Result<EventsArgs, clap::Error> {
+        let argv = ["payhook", "events"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv)?.command {
+            Command::Events { args, .. } => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn since_and_until_take_typed_times_into_the_same_filter_as_the_ms_flags() {
+        let typed = events(&[
+            "--since",
+            "2026-12-01",
+            "--until",
+            "2026-12-02T00:00:00+01:00",
+        ])
+        .unwrap()
+        .filter()
+        .unwrap();
+        assert_eq!(typed.since_ms, Some(1_796_083_200_000));
+        assert_eq!(typed.until_ms, Some(1_796_083_200_000 + 23 * 3_600_000));
+        let raw = events(&["--since-ms", "5", "--until-ms", "9"])
+            .unwrap()
+            .filter()
+            .unwrap();
+        assert_eq!((raw.since_ms, raw.until_ms), (Some(5), Some(9)));
+        let before = crate::domain::now_ms();
+        let relative = events(&["--since", "24h"]).unwrap().filter().unwrap();
+        let since = relative.since_ms.unwrap();
+        assert!((before - 86_400_000..=before - 86_400_000 + 60_000).contains(&since));
+    }
+
+    #[test]
+    fn a_time_given_both_ways_or_unreadable_is_a_usage_error() {
+        use clap::error::ErrorKind;
+        for (args, kind) in [
+            (
+                &["--since", "24h", "--since-ms", "5"][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["--until-ms", "5", "--until", "1d"][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["--since", "yesterday"][..], ErrorKind::ValueValidation),
+        ] {
+            let err = events(args).unwrap_err();
+            assert_eq!(err.kind(), kind, "{args:?}");
+            assert_eq!(err.exit_code(), 2);
+        }
+        let err = events(&["--since", "2026-02-30"]).unwrap_err().to_string();
+        assert!(err.contains("day out of range"), "{err}");
+    }
 }

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod client;
 mod demo;
 mod progress;
+pub mod table;
 pub mod time;
 
 use std::net::SocketAddr;
@@ -68,6 +69,8 @@ pub enum Command {
         /// Also list the entries.
         #[arg(long)]
         entries: bool,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
     },
     /// Query the delivery log, newest first.
     Events {
@@ -172,9 +175,12 @@ pub enum PaymentsAction {
         provider: String,
         #[arg(long)]
         reference: String,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
     },
 }
 
+/// How a listing prints: JSON (the default, for scripts) or a table that fits 100 columns.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {
     Json,
@@ -285,90 +291,23 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             )
             .await
         }
-        Command::Tables {
-            action: TablesAction::Create,
-        } => print_json(&store.create_tables().await?),
-        Command::Tables {
-            action: TablesAction::Schema,
-        } => print_json(&serde_json::json!({
-            "tables": schema::ALL.iter().map(|d| serde_json::json!({
-                "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
-            "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-        })),
+        Command::Tables { action } => tables(action, &store).await,
         Command::Ledger {
             action: LedgerAction::Shards { grow, grow_index },
+        } => ledger_shards(grow, grow_index, &store).await,
+        Command::Balance {
+            account,
+            entries,
+            format,
         } => {
-            let layout = match (grow, grow_index) {
-                (None, None) => store.layout().await?,
-                (l, i) => {
-                    let want = crate::ledger::Layout {
-                        ledger_shards: l.unwrap_or(0),
-                        index_shards: i.unwrap_or(0),
-                    };
-                    store.grow_layout(want).await?
-                }
-            };
-            print_json(&layout)
-        }
-        Command::Balance { account, entries } => {
             let account = usage("account", AccountId::parse(&account))?;
-            print_json(&read::balance(&store, &account, entries).await?)
+            let view = read::balance(&store, &account, entries).await?;
+            print_as(format, &view, table::balance)
         }
-        Command::Events { args, bodies } => {
-            let query = DeliveryQuery {
-                filter: args.filter()?,
-                limit: args.limit,
-                cursor: args.cursor.clone(),
-                with_bodies: bodies,
-            };
-            let page = read::deliveries(&store, &query).await?;
-            match args.format {
-                Format::Json => {
-                    for d in &page.deliveries {
-                        println!(
-                            "{}",
-                            serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?
-                        );
-                    }
-                    if let Some(next) = &page.next_cursor {
-                        eprintln!("more: --cursor {next}");
-                    }
-                    Ok(())
-                }
-                Format::Table => {
-                    println!(
-                        "{:<32} {:<12} {:<20} {:<10} {:>4}  key",
-                        "delivery", "provider", "event", "outcome", "http"
-                    );
-                    for d in &page.deliveries {
-                        println!(
-                            "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
-                            &d.id[..d.id.len().min(32)],
-                            d.provider,
-                            d.event_id,
-                            d.outcome,
-                            d.http_status,
-                            d.key.as_deref().unwrap_or("-")
-                        );
-                    }
-                    if let Some(next) = &page.next_cursor {
-                        eprintln!("more: --cursor {next}");
-                    }
-                    Ok(())
-                }
-            }
-        }
+        Command::Events { args, bodies } => events(&args, bodies, &store).await,
         Command::Payments { action } => payments(action, &store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
-        Command::Reconcile { metrics } => {
-            let mut ops = crate::runtime::ops(&config, store)?;
-            ops.metrics = MetricsSink::for_process(metrics);
-            let spinner = progress::spinner("reconciling");
-            let report =
-                crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
-            spinner.finish_and_clear();
-            print_json(&report.map_err(CliError::Other)?)
-        }
+        Command::Reconcile { metrics } => reconcile(metrics, &config, store).await,
         Command::Replay {
             filter,
             dry_run,
@@ -376,16 +315,18 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             include_replays,
             max,
         } => {
-            replay_command(
-                &filter,
+            let opts = crate::replay::ReplayOptions {
                 dry_run,
                 concurrency,
+                started_by: format!(
+                    "cli:{}",
+                    std::env::var("USER").unwrap_or_else(|_| "operator".into())
+                ),
+                lease_ms: config.lease_ms,
                 include_replays,
                 max,
-                &config,
-                store,
-            )
-            .await
+            };
+            replay_command(&filter, &opts, &config, store).await
         }
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
@@ -393,32 +334,109 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
     }
 }
 
+/// Prints `value` as pretty JSON, or as the lines `table` makes of it.
+fn print_as<T: Serialize>(
+    format: Format,
+    value: &T,
+    table: impl Fn(&T) -> Vec<String>,
+) -> Result<(), CliError> {
+    match format {
+        Format::Json => print_json(value),
+        Format::Table => {
+            for line in table(value) {
+                println!("{line}");
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn tables(action: TablesAction, store: &DynamoStore) -> Result<(), CliError> {
+    match action {
+        TablesAction::Create => print_json(&store.create_tables().await?),
+        TablesAction::Schema => print_json(&serde_json::json!({
+            "tables": schema::ALL.iter().map(|d| serde_json::json!({
+                "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
+            "env": crate::config::ENV_VARS.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+async fn ledger_shards(
+    grow: Option<u32>,
+    grow_index: Option<u32>,
+    store: &DynamoStore,
+) -> Result<(), CliError> {
+    let layout = match (grow, grow_index) {
+        (None, None) => store.layout().await?,
+        (l, i) => {
+            let want = crate::ledger::Layout {
+                ledger_shards: l.unwrap_or(0),
+                index_shards: i.unwrap_or(0),
+            };
+            store.grow_layout(want).await?
+        }
+    };
+    print_json(&layout)
+}
+
+/// One page of the log: JSON lines (one delivery each, so `jq` streams them) or a table; the
+/// cursor of the next page goes to stderr, beside the results rather than in them.
+async fn events(args: &EventsArgs, bodies: bool, store: &DynamoStore) -> Result<(), CliError> {
+    let query = DeliveryQuery {
+        filter: args.filter()?,
+        limit: args.limit,
+        cursor: args.cursor.clone(),
+        with_bodies: bodies,
+    };
+    let page = read::deliveries(store, &query).await?;
+    match args.format {
+        Format::Json => {
+            for d in &page.deliveries {
+                let line = serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?;
+                println!("{line}");
+            }
+        }
+        Format::Table => {
+            for line in table::deliveries(&page.deliveries) {
+                println!("{line}");
+            }
+        }
+    }
+    if let Some(next) = &page.next_cursor {
+        eprintln!("more: --cursor {next}");
+    }
+    Ok(())
+}
+
+/// One reconciliation pass, a spinner on stderr while it runs, the report on stdout.
+async fn reconcile(
+    metrics: Option<MetricsSink>,
+    config: &Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
+    let mut ops = crate::runtime::ops(config, store)?;
+    ops.metrics = MetricsSink::for_process(metrics);
+    let spinner = progress::spinner("reconciling");
+    let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
+    spinner.finish_and_clear();
+    print_json(&report.map_err(CliError::Other)?)
+}
+
 async fn replay_command(
     filter: &EventsArgs,
-    dry_run: bool,
-    concurrency: usize,
-    include_replays: bool,
-    max: usize,
+    opts: &crate::replay::ReplayOptions,
     config: &Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let ops = crate::runtime::ops(config, store)?;
-    let who = std::env::var("USER").unwrap_or_else(|_| "operator".into());
-    let opts = crate::replay::ReplayOptions {
-        dry_run,
-        concurrency,
-        started_by: format!("cli:{who}"),
-        lease_ms: config.lease_ms,
-        include_replays,
-        max,
-    };
     // The total is known once the deliveries are selected, at the first report.
     let bar = progress::bar("replaying", 0);
     let summary = crate::replay::replay(
         &ops.pipeline,
         &ops.providers,
         &filter.filter()?,
-        &opts,
+        opts,
         |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
@@ -467,10 +485,12 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
         PaymentsAction::Show {
             provider: p,
             reference,
+            format,
         } => {
             let provider = provider(&p)?;
             let reference = usage("--reference", Reference::parse(&reference))?;
-            print_json(&read::payment(store, provider, &reference).await?)
+            let view = read::payment(store, provider, &reference).await?;
+            print_as(format, &view, table::payment)
         }
     }
 }

@@ -101,21 +101,7 @@ pub enum Command {
     },
     /// Re-drive stored deliveries through the pipeline (same filters as `events`). Replaying
     /// what was applied changes nothing; what failed or was parked applies now.
-    Replay {
-        #[command(flatten)]
-        filter: EventsArgs,
-        /// Say what each would do; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        /// Also replay deliveries that were themselves replays.
-        #[arg(long)]
-        include_replays: bool,
-        /// At most this many deliveries.
-        #[arg(long, default_value_t = 10_000)]
-        max: usize,
-    },
+    Replay(ReplayArgs),
     /// Drive the sample events against a running server and print what happened.
     Demo {
         #[arg(long, default_value = "http://127.0.0.1:3000")]
@@ -130,6 +116,23 @@ pub enum Command {
     /// The capacity model: write/read units per delivery, hottest partition keys at 10,000
     /// deliveries/s and at 1,000 credits/s on one account, balance read cost, cost per million.
     Capacity(capacity::CapacityArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub filter: EventsArgs,
+    /// Say what each would do; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Also replay deliveries that were themselves replays.
+    #[arg(long)]
+    pub include_replays: bool,
+    /// At most this many deliveries.
+    #[arg(long, default_value_t = 10_000)]
+    pub max: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,26 +311,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Payments { action } => payments(action, &store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
         Command::Reconcile { metrics } => reconcile(metrics, &config, store).await,
-        Command::Replay {
-            filter,
-            dry_run,
-            concurrency,
-            include_replays,
-            max,
-        } => {
-            let opts = crate::replay::ReplayOptions {
-                dry_run,
-                concurrency,
-                started_by: format!(
-                    "cli:{}",
-                    std::env::var("USER").unwrap_or_else(|_| "operator".into())
-                ),
-                lease_ms: config.lease_ms,
-                include_replays,
-                max,
-            };
-            replay_command(&filter, &opts, &config, store).await
-        }
+        Command::Replay(args) => replay_command(&args, &config, store).await,
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
         Command::Capacity(args) => capacity::run(args, config, store).await,
@@ -423,20 +407,30 @@ async fn reconcile(
     print_json(&report.map_err(CliError::Other)?)
 }
 
+/// Re-drives the selected deliveries, a bar on stderr, the summary on stdout; each replay is
+/// logged as started by `cli:$USER`.
 async fn replay_command(
-    filter: &EventsArgs,
-    opts: &crate::replay::ReplayOptions,
+    args: &ReplayArgs,
     config: &Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let ops = crate::runtime::ops(config, store)?;
+    let who = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let opts = crate::replay::ReplayOptions {
+        dry_run: args.dry_run,
+        concurrency: args.concurrency,
+        started_by: format!("cli:{who}"),
+        lease_ms: config.lease_ms,
+        include_replays: args.include_replays,
+        max: args.max,
+    };
     // The total is known once the deliveries are selected, at the first report.
     let bar = progress::bar("replaying", 0);
     let summary = crate::replay::replay(
         &ops.pipeline,
         &ops.providers,
-        &filter.filter()?,
-        opts,
+        &args.filter.filter()?,
+        &opts,
         |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);

@@ -214,7 +214,9 @@ class Target:
 
     def command(self, port_or_api):
         if self.name == "payhook-serve":
-            return [self.args.payhook, "serve", "--addr", f"127.0.0.1:{port_or_api}"], None
+            # --metrics emf: one EMF line per delivery as in Lambda (and as pyref writes), so
+            # the serve figures keep counting that work (`payhook serve` is quiet by default).
+            return [self.args.payhook, "serve", "--addr", f"127.0.0.1:{port_or_api}", "--metrics", "emf"], None
         if self.name == "payhook-lambda":
             return [self.args.payhook], None
         if self.name == "pyref-serve":

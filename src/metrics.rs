@@ -7,9 +7,10 @@
 //! `payload`, `too_large`, `not_configured`), plus `Takeovers` when the attempt took over an
 //! expired claim. Sum them per minute to count deliveries.
 //!
-//! Emitted by the http layer after the pipeline answered, never from the money path. The router
-//! emits only when its [`crate::http::App`] says so: the Lambda and `payhook serve` do; the
-//! in-process `payhook bench`, whose result table is on stdout, does not.
+//! Emitted by the http layer after the pipeline answered, never from the money path, to the
+//! [`MetricsSink`] its [`crate::http::App`] names: stdout inside Lambda, where CloudWatch reads
+//! it; outside Lambda nowhere unless asked (`payhook serve --metrics emf|stderr`), because
+//! there stdout carries a command's results and a line per delivery would bury them.
 
 use std::io::Write;
 
@@ -17,6 +18,71 @@ use crate::domain::ProviderId;
 use crate::eventlog::Outcome;
 
 pub const NAMESPACE: &str = "payhook";
+
+/// Where EMF lines go. A process-wide choice, made once at start-up ([`MetricsSink::choose`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsSink {
+    /// Not written (and not formatted).
+    Off,
+    /// One line per metric record on stdout: what CloudWatch Logs reads inside Lambda.
+    Stdout,
+    /// On stderr, beside the logs: to watch them locally while stdout stays for results.
+    Stderr,
+}
+
+impl MetricsSink {
+    /// The sink of a process: what the operator asked for, else stdout inside Lambda (CloudWatch
+    /// turns those lines into metrics) and off elsewhere (stdout carries results there).
+    pub fn choose(in_lambda: bool, asked: Option<MetricsSink>) -> MetricsSink {
+        match asked {
+            Some(sink) => sink,
+            None if in_lambda => MetricsSink::Stdout,
+            None => MetricsSink::Off,
+        }
+    }
+
+    /// [`MetricsSink::choose`] for this process.
+    pub fn for_process(asked: Option<MetricsSink>) -> MetricsSink {
+        Self::choose(crate::runtime::in_lambda(), asked)
+    }
+
+    /// Writes `line` and a newline in a single write, so concurrent deliveries never interleave
+    /// within a line. A failed write is ignored: metrics never fail a delivery.
+    pub fn write_line(self, mut line: String) {
+        line.push('\n');
+        let _ = match self {
+            MetricsSink::Off => Ok(()),
+            MetricsSink::Stdout => std::io::stdout().lock().write_all(line.as_bytes()),
+            MetricsSink::Stderr => std::io::stderr().lock().write_all(line.as_bytes()),
+        };
+    }
+}
+
+impl std::str::FromStr for MetricsSink {
+    type Err = String;
+
+    /// `off`, `emf` (or `stdout`): CloudWatch EMF on stdout, `stderr`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(MetricsSink::Off),
+            "emf" | "stdout" => Ok(MetricsSink::Stdout),
+            "stderr" => Ok(MetricsSink::Stderr),
+            other => Err(format!(
+                "unknown metrics sink {other:?}: expected off, emf (stdout) or stderr"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for MetricsSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MetricsSink::Off => "off",
+            MetricsSink::Stdout => "emf",
+            MetricsSink::Stderr => "stderr",
+        })
+    }
+}
 
 /// Why a delivery was refused before reaching the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,17 +188,18 @@ pub fn emf_line(
     line
 }
 
-/// Writes one EMF line to stdout in a single write. A failed write is ignored: metrics never
-/// fail a delivery.
+/// Writes one EMF line to `sink` in a single write; with the sink off, the line is not even
+/// formatted. A failed write is ignored: metrics never fail a delivery.
 pub fn emit(
+    sink: MetricsSink,
     provider: ProviderId,
     result: Disposition,
     timestamp_ms: i64,
     request_id: Option<&str>,
 ) {
-    let mut line = emf_line(provider, result, timestamp_ms, request_id);
-    line.push('\n');
-    let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    if sink != MetricsSink::Off {
+        sink.write_line(emf_line(provider, result, timestamp_ms, request_id));
+    }
 }
 
 #[cfg(test)]
@@ -142,6 +209,27 @@ mod tests {
 
     fn parse(line: &str) -> Value {
         serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn metrics_go_to_stdout_in_lambda_and_nowhere_outside_unless_asked() {
+        assert_eq!(MetricsSink::choose(true, None), MetricsSink::Stdout);
+        assert_eq!(MetricsSink::choose(false, None), MetricsSink::Off);
+        for asked in [MetricsSink::Off, MetricsSink::Stdout, MetricsSink::Stderr] {
+            assert_eq!(MetricsSink::choose(false, Some(asked)), asked);
+            assert_eq!(MetricsSink::choose(true, Some(asked)), asked);
+        }
+    }
+
+    #[test]
+    fn sinks_parse_from_their_flag_values_and_print_back() {
+        for sink in [MetricsSink::Off, MetricsSink::Stdout, MetricsSink::Stderr] {
+            assert_eq!(sink.to_string().parse::<MetricsSink>(), Ok(sink));
+        }
+        assert_eq!("emf".parse(), Ok(MetricsSink::Stdout));
+        assert_eq!("stdout".parse(), Ok(MetricsSink::Stdout));
+        let err = "cloudwatch".parse::<MetricsSink>().unwrap_err();
+        assert!(err.contains("off, emf (stdout) or stderr"), "{err}");
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
-        metrics: true,
+        metrics: crate::metrics::MetricsSink::for_process(None),
         // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,
@@ -126,5 +126,6 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
         providers,
         api: HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(call_timeout),
         settings,
+        metrics: crate::metrics::MetricsSink::for_process(None),
     })
 }

@@ -55,7 +55,7 @@ fn config_with(pairs: &[(&'static str, &str)]) -> Config {
 
 fn app_with(store: DynamoStore, config: &Config) -> Arc<App<DynamoStore>> {
     let mut app = build_app(config, store);
-    Arc::get_mut(&mut app).unwrap().metrics = false;
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
     app
 }
 

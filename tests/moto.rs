@@ -103,7 +103,7 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
     let store = counted(&counter, &moto, TableNames::with_prefix("moto"));
     store.create_tables().await.expect("create tables on moto");
     let mut app = common::app(store, 30_000);
-    Arc::get_mut(&mut app).expect("sole owner").metrics = false;
+    Arc::get_mut(&mut app).expect("sole owner").metrics = payhook::metrics::MetricsSink::Off;
     let body = payment_body("evt_moto", "pay_moto", "wallet_moto", 125_000, "NGN");
     // A process reads the ledger layout once, at its first credit: warm it up first.
     let warm = send(

@@ -75,7 +75,7 @@ fn config() -> Config {
 
 fn app_of(store: &DynamoStore) -> Arc<App<DynamoStore>> {
     let mut app = build_app(&config(), store.clone());
-    Arc::get_mut(&mut app).unwrap().metrics = false;
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
     app
 }
 

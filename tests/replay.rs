@@ -355,6 +355,7 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
         providers,
         api: HttpProviderApi::new(Vec::new()).unwrap(),
         settings: ReconcileSettings::default(),
+        metrics: payhook::metrics::MetricsSink::Off,
     };
     // WHEN the operations function is invoked with the sample's shape
     let dry = handle(

@@ -1,15 +1,14 @@
 //! `payhook bench`: end-to-end load against a running payhook (`--url`, loopback only) or against
 //! the router served in this process, at several concurrencies, for all-new and 50%-duplicate
 //! traffic. Prints p50/p99 latency and deliveries per second as a table on stdout (or `--json`
-//! to compare commits), a progress line on stderr. Bounded: `--requests` per cell and
-//! `--max-seconds` per cell.
+//! to compare commits), a progress bar on stderr (one line per cell when stderr is not a
+//! terminal). Bounded: `--requests` per cell and `--max-seconds` per cell.
 //!
 //! In-process, the store's client is wrapped with a [`RequestCounter`], so the table also shows
 //! DynamoDB requests per delivery. Nothing here is on the money path: it sends signed HTTP
 //! requests like a provider would.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -203,86 +202,45 @@ fn loopback(url: &str) -> Result<String, CliError> {
     Ok(format!("{}/webhooks/generic", url.trim_end_matches('/')))
 }
 
-/// A progress line on stderr, redrawn in place on a terminal, one line per cell otherwise.
-struct Progress {
-    label: String,
-    total: usize,
-    tty: bool,
-}
-
-impl Progress {
-    fn draw(&self, done: usize) {
-        if !self.tty {
-            return;
-        }
-        let width = 30;
-        let filled = (done * width)
-            .checked_div(self.total)
-            .unwrap_or(width)
-            .min(width);
-        eprint!(
-            "\r{:<14} [{}{}] {done}/{}",
-            self.label,
-            "#".repeat(filled),
-            "-".repeat(width - filled),
-            self.total
-        );
-        let _ = std::io::stderr().flush();
-    }
-
-    fn finish(&self, done: usize, elapsed: Duration) {
-        self.draw(done);
-        if self.tty {
-            eprintln!(" {:.1}s", elapsed.as_secs_f64());
-        } else {
-            eprintln!(
-                "{:<14} {done}/{} {:.1}s",
-                self.label,
-                self.total,
-                elapsed.as_secs_f64()
-            );
-        }
-    }
-}
-
-/// Sends `events` with `concurrency` workers; returns the replies and the wall time.
+/// Sends `events` with `concurrency` workers; returns the replies and the wall time. Progress
+/// is a bar on a terminal, and one line per cell when stderr is a log.
 async fn drive(
     target: &Arc<Target>,
     events: Arc<Vec<Event>>,
     concurrency: usize,
     deadline: Duration,
-    progress: &Progress,
+    label: &str,
 ) -> (Vec<Sent>, Duration) {
+    let total = events.len();
+    let bar = super::progress::bar(label, total as u64);
     let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency.max(1))
         .map(|_| {
-            let (target, events, next, done) =
-                (target.clone(), events.clone(), next.clone(), done.clone());
+            let (target, events, next, bar) =
+                (target.clone(), events.clone(), next.clone(), bar.clone());
             tokio::spawn(async move {
                 let mut sent = Vec::new();
                 while started.elapsed() < deadline {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(e) = events.get(i) else { break };
                     sent.push(target.send(e).await);
-                    done.fetch_add(1, Ordering::Relaxed);
+                    bar.inc(1);
                 }
                 sent
             })
         })
         .collect();
-    let all = futures::future::join_all(workers);
-    tokio::pin!(all);
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let results = loop {
-        tokio::select! {
-            r = &mut all => break r,
-            _ = tick.tick() => progress.draw(done.load(Ordering::Relaxed)),
-        }
-    };
+    let results = futures::future::join_all(workers).await;
     let elapsed = started.elapsed();
-    progress.finish(done.load(Ordering::Relaxed), elapsed);
+    bar.finish();
+    if bar.is_hidden() {
+        eprintln!(
+            "{label:<14} {}/{total} {:.1}s",
+            bar.position(),
+            elapsed.as_secs_f64()
+        );
+    }
     (
         results
             .into_iter()
@@ -349,7 +307,7 @@ async fn in_process(
     counted.create_tables().await?;
     let mut app = crate::runtime::build_app(config, counted);
     if let Some(app) = Arc::get_mut(&mut app) {
-        app.metrics = false;
+        app.metrics = crate::metrics::MetricsSink::Off;
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -363,16 +321,7 @@ async fn in_process(
 }
 
 pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<(), CliError> {
-    if config.providers().0.get(ProviderId::GENERIC).is_none() {
-        return Err(CliError::Usage(
-            "payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
-        ));
-    }
-    if args.requests == 0 || args.concurrency.iter().any(|c| *c == 0 || *c > 1_024) {
-        return Err(CliError::Usage(
-            "--requests must be positive and each --concurrency in 1..=1024".into(),
-        ));
-    }
+    check_args(&args, &config)?;
     let counter = RequestCounter::new();
     let (base, label) = match &args.url {
         Some(url) => (url.clone(), url.clone()),
@@ -388,81 +337,28 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
         client: client.build_http(),
         config,
     });
-    let run = uuid::Uuid::new_v4()
-        .simple()
-        .to_string()
-        .chars()
-        .take(8)
-        .collect::<String>();
-    let deadline = Duration::from_secs(args.max_seconds);
-    let tty = std::io::stderr().is_terminal();
-    let mut n = 0usize;
-    let mut batch = |count: usize| -> Vec<Event> {
-        let events = (n..n + count).map(|i| payment(&run, i)).collect();
-        n += count;
-        events
+    let mut bench = Bench {
+        target,
+        counter,
+        deadline: Duration::from_secs(args.max_seconds),
+        run: uuid::Uuid::new_v4()
+            .simple()
+            .to_string()
+            .chars()
+            .take(8)
+            .collect(),
+        next: 0,
+        count_requests: args.url.is_none(),
     };
 
     // Warm-up (untimed): connections, the SDK's connection pool, table metadata.
-    let warm = Progress {
-        label: "warm-up".into(),
-        total: 32,
-        tty,
-    };
-    drive(&target, Arc::new(batch(32)), 8, deadline, &warm).await;
+    let warm = bench.batch(32);
+    drive(&bench.target, Arc::new(warm), 8, bench.deadline, "warm-up").await;
 
     let mut rows = Vec::new();
     for traffic in [Traffic::New, Traffic::Dup50] {
         for &concurrency in &args.concurrency {
-            let events = match traffic {
-                Traffic::New => batch(args.requests),
-                Traffic::Dup50 => {
-                    // Apply half first (untimed), then send them again interleaved with new ones.
-                    let half = args.requests / 2;
-                    let seeded = batch(half);
-                    let seed = Progress {
-                        label: format!("seed c={concurrency}"),
-                        total: half,
-                        tty,
-                    };
-                    drive(
-                        &target,
-                        Arc::new(seeded.clone()),
-                        concurrency,
-                        deadline,
-                        &seed,
-                    )
-                    .await;
-                    let fresh = batch(args.requests - half);
-                    let mut mixed = Vec::with_capacity(args.requests);
-                    for (i, e) in fresh.into_iter().enumerate() {
-                        mixed.push(e);
-                        if let Some(s) = seeded.get(i) {
-                            // A provider's redelivery: the same event, byte for byte.
-                            mixed.push(s.clone());
-                        }
-                    }
-                    mixed
-                }
-            };
-            let progress = Progress {
-                label: format!("{} c={concurrency}", traffic.as_str()),
-                total: events.len(),
-                tty,
-            };
-            counter.reset();
-            let (sent, elapsed) =
-                drive(&target, Arc::new(events), concurrency, deadline, &progress).await;
-            let mut r = row(traffic, concurrency, &sent, elapsed);
-            if args.url.is_none() && !sent.is_empty() {
-                let per = counter
-                    .snapshot()
-                    .into_iter()
-                    .map(|(op, c)| (op, c as f64 / sent.len() as f64))
-                    .collect();
-                r.requests_per_delivery = Some(per);
-            }
-            rows.push(r);
+            rows.push(bench.cell(traffic, concurrency, args.requests).await);
         }
     }
 
@@ -477,6 +373,91 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
     }
     print_table(&report);
     Ok(())
+}
+
+/// Refuses what cannot run before anything is sent (usage errors, exit code 2).
+fn check_args(args: &BenchArgs, config: &Config) -> Result<(), CliError> {
+    if config.providers().0.get(ProviderId::GENERIC).is_none() {
+        return Err(CliError::Usage(
+            "payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
+        ));
+    }
+    if args.requests == 0 || args.concurrency.iter().any(|c| *c == 0 || *c > 1_024) {
+        return Err(CliError::Usage(
+            "--requests must be positive and each --concurrency in 1..=1024".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One bench run: where it sends, and the events it has made so far (every event of a run is
+/// distinct, so a cell's "new" traffic is new to the store).
+struct Bench {
+    target: Arc<Target>,
+    counter: RequestCounter,
+    deadline: Duration,
+    run: String,
+    next: usize,
+    /// In-process: the store's client is counted, so rows carry requests per delivery.
+    count_requests: bool,
+}
+
+impl Bench {
+    fn batch(&mut self, count: usize) -> Vec<Event> {
+        let events = (self.next..self.next + count)
+            .map(|i| payment(&self.run, i))
+            .collect();
+        self.next += count;
+        events
+    }
+
+    /// Runs one cell (one traffic mix at one concurrency) and returns its row.
+    async fn cell(&mut self, traffic: Traffic, concurrency: usize, requests: usize) -> Row {
+        let events = match traffic {
+            Traffic::New => self.batch(requests),
+            Traffic::Dup50 => self.half_redelivered(concurrency, requests).await,
+        };
+        let label = format!("{} c={concurrency}", traffic.as_str());
+        self.counter.reset();
+        let (sent, elapsed) = drive(
+            &self.target,
+            Arc::new(events),
+            concurrency,
+            self.deadline,
+            &label,
+        )
+        .await;
+        let mut r = row(traffic, concurrency, &sent, elapsed);
+        if self.count_requests && !sent.is_empty() {
+            let per = self
+                .counter
+                .snapshot()
+                .into_iter()
+                .map(|(op, c)| (op, c as f64 / sent.len() as f64))
+                .collect();
+            r.requests_per_delivery = Some(per);
+        }
+        r
+    }
+
+    /// 50%-duplicate traffic: applies half first (untimed), then returns them again
+    /// interleaved with as many new ones, each a provider's redelivery byte for byte.
+    async fn half_redelivered(&mut self, concurrency: usize, requests: usize) -> Vec<Event> {
+        let half = requests / 2;
+        let seeded = self.batch(half);
+        let label = format!("seed c={concurrency}");
+        let seed = Arc::new(seeded.clone());
+        drive(&self.target, seed, concurrency, self.deadline, &label).await;
+        let fresh = self.batch(requests - half);
+        let mut mixed = Vec::with_capacity(requests);
+        for (i, e) in fresh.into_iter().enumerate() {
+            mixed.push(e);
+            if let Some(s) = seeded.get(i) {
+                mixed.push(s.clone());
+            }
+        }
+        mixed
+    }
 }
 
 fn print_table(report: &Report<'_>) {

@@ -163,7 +163,7 @@ impl Model {
         );
         let mut app = crate::runtime::build_app(config, store.clone());
         if let Some(a) = Arc::get_mut(&mut app) {
-            a.metrics = false;
+            a.metrics = crate::metrics::MetricsSink::Off;
         }
         let model = Model {
             store,

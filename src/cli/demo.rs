@@ -56,16 +56,7 @@ pub async fn run(
 
     let copies =
         futures::future::join_all((0..20).map(|i| send(format!("{event_id}_retry{i}")))).await;
-    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
-    for reply in copies {
-        let reply = reply?;
-        let label = format!(
-            "{}{}",
-            reply.status,
-            if reply.replayed { " replayed" } else { "" }
-        );
-        *tally.entry(label).or_default() += 1;
-    }
+    let tally = tally(copies)?;
     eprintln!("{:<28} -> {tally:?}", "20 concurrent copies");
 
     let mut forged = sign_headers(
@@ -82,7 +73,32 @@ pub async fn run(
     }
     let bad = post(&target, &forged, body.clone().into_bytes()).await?;
     step("bad signature", &bad);
+    summary(store, first, duplicate, tally, bad).await
+}
 
+/// Replies counted by status, and whether they were replays.
+fn tally(replies: Vec<Result<Reply, CliError>>) -> Result<BTreeMap<String, usize>, CliError> {
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    for reply in replies {
+        let reply = reply?;
+        let label = format!(
+            "{}{}",
+            reply.status,
+            if reply.replayed { " replayed" } else { "" }
+        );
+        *tally.entry(label).or_default() += 1;
+    }
+    Ok(tally)
+}
+
+/// The JSON summary on stdout, with the balance of the account the first delivery credited.
+async fn summary(
+    store: &DynamoStore,
+    first: Reply,
+    duplicate: Reply,
+    tally: BTreeMap<String, usize>,
+    bad: Reply,
+) -> Result<(), CliError> {
     // The applied answer names the credited account, whatever the provider's payload shape.
     let applied: Value = serde_json::from_str(&first.body).unwrap_or(Value::Null);
     let account = applied

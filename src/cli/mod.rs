@@ -5,6 +5,9 @@ pub mod bench;
 pub mod capacity;
 pub mod client;
 mod demo;
+mod progress;
+pub mod table;
+pub mod time;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use crate::dynamodb::{schema, DynamoStore};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::http::ReadAccess;
 use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use crate::metrics::MetricsSink;
 use crate::read::{self, DeliveryQuery};
 
 #[derive(Debug, Parser)]
@@ -43,6 +47,10 @@ pub enum Command {
         /// `Authorization: Bearer $PAYHOOK_READ_TOKEN`.
         #[arg(long)]
         read_api: bool,
+        /// Where the CloudWatch EMF line of each delivery goes: `emf` (stdout, as in Lambda),
+        /// `stderr`, or `off` (the default outside Lambda: stdout is for results).
+        #[arg(long, value_name = "SINK")]
+        metrics: Option<MetricsSink>,
     },
     /// Create the tables (idempotent), or print their schema.
     Tables {
@@ -60,6 +68,8 @@ pub enum Command {
         /// Also list the entries.
         #[arg(long)]
         entries: bool,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
     },
     /// Query the delivery log, newest first.
     Events {
@@ -82,24 +92,15 @@ pub enum Command {
     },
     /// One reconciliation pass: resume stuck claims, ask providers about open payments,
     /// re-drive failed deliveries. Prints the report (JSON).
-    Reconcile,
+    Reconcile {
+        /// Where the pass's CloudWatch EMF line goes: `emf` (stdout, beside the report),
+        /// `stderr`, or `off` (the default outside Lambda).
+        #[arg(long, value_name = "SINK")]
+        metrics: Option<MetricsSink>,
+    },
     /// Re-drive stored deliveries through the pipeline (same filters as `events`). Replaying
     /// what was applied changes nothing; what failed or was parked applies now.
-    Replay {
-        #[command(flatten)]
-        filter: EventsArgs,
-        /// Say what each would do; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        /// Also replay deliveries that were themselves replays.
-        #[arg(long)]
-        include_replays: bool,
-        /// At most this many deliveries.
-        #[arg(long, default_value_t = 10_000)]
-        max: usize,
-    },
+    Replay(ReplayArgs),
     /// Drive the sample events against a running server and print what happened.
     Demo {
         #[arg(long, default_value = "http://127.0.0.1:3000")]
@@ -114,6 +115,23 @@ pub enum Command {
     /// The capacity model: write/read units per delivery, hottest partition keys at 10,000
     /// deliveries/s and at 1,000 credits/s on one account, balance read cost, cost per million.
     Capacity(capacity::CapacityArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub filter: EventsArgs,
+    /// Say what each would do; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Also replay deliveries that were themselves replays.
+    #[arg(long)]
+    pub include_replays: bool,
+    /// At most this many deliveries.
+    #[arg(long, default_value_t = 10_000)]
+    pub max: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,9 +177,12 @@ pub enum PaymentsAction {
         provider: String,
         #[arg(long)]
         reference: String,
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
     },
 }
 
+/// How a listing prints: JSON (the default, for scripts) or a table that fits 100 columns.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Format {
     Json,
@@ -185,6 +206,13 @@ pub struct EventsArgs {
     /// Epoch milliseconds, exclusive.
     #[arg(long)]
     pub until_ms: Option<i64>,
+    /// Inclusive, as typed: 2026-12-01 (UTC midnight), 2026-12-01T10:00:00Z (RFC 3339, any
+    /// offset), or back from now: 30s, 90m, 24h, 7d.
+    #[arg(long = "since", value_name = "TIME", value_parser = time::time_arg, conflicts_with = "since_ms")]
+    pub since_time_ms: Option<i64>,
+    /// Exclusive, in the forms `--since` takes.
+    #[arg(long = "until", value_name = "TIME", value_parser = time::time_arg, conflicts_with = "until_ms")]
+    pub until_time_ms: Option<i64>,
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
     #[arg(long)]
@@ -243,8 +271,8 @@ impl EventsArgs {
                         .ok_or_else(|| CliError::Usage(format!("unknown outcome {o:?}")))
                 })
                 .transpose()?,
-            since_ms: self.since_ms,
-            until_ms: self.until_ms,
+            since_ms: self.since_ms.or(self.since_time_ms),
+            until_ms: self.until_ms.or(self.until_time_ms),
         })
     }
 }
@@ -252,158 +280,166 @@ impl EventsArgs {
 /// Runs one command with clients built once by the binary.
 pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
     match command {
-        Command::Serve { addr, read_api } => serve(addr, read_api, config, store).await,
-        Command::Tables {
-            action: TablesAction::Create,
-        } => print_json(&store.create_tables().await?),
-        Command::Tables {
-            action: TablesAction::Schema,
-        } => print_json(&serde_json::json!({
-            "tables": schema::ALL.iter().map(|d| serde_json::json!({
-                "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
-            "env": crate::config::env_vars().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        })),
-        Command::Ledger {
-            action: LedgerAction::Shards { grow, grow_index },
+        Command::Serve {
+            addr,
+            read_api,
+            metrics,
         } => {
-            let layout = match (grow, grow_index) {
-                (None, None) => store.layout().await?,
-                (l, i) => {
-                    let want = crate::ledger::Layout {
-                        ledger_shards: l.unwrap_or(0),
-                        index_shards: i.unwrap_or(0),
-                    };
-                    store.grow_layout(want).await?
-                }
-            };
-            print_json(&layout)
-        }
-        Command::Balance { account, entries } => {
-            let account = usage("account", AccountId::parse(&account))?;
-            print_json(&read::balance(&store, &account, entries).await?)
-        }
-        Command::Events { args, bodies } => {
-            let query = DeliveryQuery {
-                filter: args.filter()?,
-                limit: args.limit,
-                cursor: args.cursor.clone(),
-                with_bodies: bodies,
-            };
-            let page = read::deliveries(&store, &query).await?;
-            match args.format {
-                Format::Json => {
-                    for d in &page.deliveries {
-                        println!(
-                            "{}",
-                            serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?
-                        );
-                    }
-                    if let Some(next) = &page.next_cursor {
-                        eprintln!("more: --cursor {next}");
-                    }
-                    Ok(())
-                }
-                Format::Table => {
-                    println!(
-                        "{:<32} {:<12} {:<20} {:<10} {:>4}  key",
-                        "delivery", "provider", "event", "outcome", "http"
-                    );
-                    for d in &page.deliveries {
-                        println!(
-                            "{:<32} {:<12} {:<20} {:<10} {:>4}  {}",
-                            &d.id[..d.id.len().min(32)],
-                            d.provider,
-                            d.event_id,
-                            d.outcome,
-                            d.http_status,
-                            d.key.as_deref().unwrap_or("-")
-                        );
-                    }
-                    if let Some(next) = &page.next_cursor {
-                        eprintln!("more: --cursor {next}");
-                    }
-                    Ok(())
-                }
-            }
-        }
-        Command::Payments { action } => payments(action, &store).await,
-        Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
-        Command::Reconcile => {
-            let ops = crate::runtime::ops(&config, store)?;
-            let report =
-                crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None)
-                    .await
-                    .map_err(CliError::Other)?;
-            print_json(&report)
-        }
-        Command::Replay {
-            filter,
-            dry_run,
-            concurrency,
-            include_replays,
-            max,
-        } => {
-            replay_command(
-                &filter,
-                dry_run,
-                concurrency,
-                include_replays,
-                max,
-                &config,
+            serve(
+                addr,
+                read_api,
+                MetricsSink::for_process(metrics),
+                config,
                 store,
             )
             .await
         }
+        Command::Tables { action } => tables(action, &store).await,
+        Command::Ledger {
+            action: LedgerAction::Shards { grow, grow_index },
+        } => ledger_shards(grow, grow_index, &store).await,
+        Command::Balance {
+            account,
+            entries,
+            format,
+        } => {
+            let account = usage("account", AccountId::parse(&account))?;
+            let view = read::balance(&store, &account, entries).await?;
+            print_as(format, &view, table::balance)
+        }
+        Command::Events { args, bodies } => events(&args, bodies, &store).await,
+        Command::Payments { action } => payments(action, &store).await,
+        Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
+        Command::Reconcile { metrics } => reconcile(metrics, &config, store).await,
+        Command::Replay(args) => replay_command(&args, &config, store).await,
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
         Command::Capacity(args) => capacity::run(args, config, store).await,
     }
 }
 
+/// Prints `value` as pretty JSON, or as the lines `table` makes of it.
+fn print_as<T: Serialize>(
+    format: Format,
+    value: &T,
+    table: impl Fn(&T) -> Vec<String>,
+) -> Result<(), CliError> {
+    match format {
+        Format::Json => print_json(value),
+        Format::Table => {
+            for line in table(value) {
+                println!("{line}");
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn tables(action: TablesAction, store: &DynamoStore) -> Result<(), CliError> {
+    match action {
+        TablesAction::Create => print_json(&store.create_tables().await?),
+        TablesAction::Schema => print_json(&serde_json::json!({
+            "tables": schema::ALL.iter().map(|d| serde_json::json!({
+                "name": store.tables().name_of(d), "definition": d })).collect::<Vec<_>>(),
+            "env": crate::config::env_vars().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+async fn ledger_shards(
+    grow: Option<u32>,
+    grow_index: Option<u32>,
+    store: &DynamoStore,
+) -> Result<(), CliError> {
+    let layout = match (grow, grow_index) {
+        (None, None) => store.layout().await?,
+        (l, i) => {
+            let want = crate::ledger::Layout {
+                ledger_shards: l.unwrap_or(0),
+                index_shards: i.unwrap_or(0),
+            };
+            store.grow_layout(want).await?
+        }
+    };
+    print_json(&layout)
+}
+
+/// One page of the log: JSON lines (one delivery each, so `jq` streams them) or a table; the
+/// cursor of the next page goes to stderr, beside the results rather than in them.
+async fn events(args: &EventsArgs, bodies: bool, store: &DynamoStore) -> Result<(), CliError> {
+    let query = DeliveryQuery {
+        filter: args.filter()?,
+        limit: args.limit,
+        cursor: args.cursor.clone(),
+        with_bodies: bodies,
+    };
+    let page = read::deliveries(store, &query).await?;
+    match args.format {
+        Format::Json => {
+            for d in &page.deliveries {
+                let line = serde_json::to_string(d).map_err(|e| CliError::Other(e.to_string()))?;
+                println!("{line}");
+            }
+        }
+        Format::Table => {
+            for line in table::deliveries(&page.deliveries) {
+                println!("{line}");
+            }
+        }
+    }
+    if let Some(next) = &page.next_cursor {
+        eprintln!("more: --cursor {next}");
+    }
+    Ok(())
+}
+
+/// One reconciliation pass, a spinner on stderr while it runs, the report on stdout.
+async fn reconcile(
+    metrics: Option<MetricsSink>,
+    config: &Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
+    let mut ops = crate::runtime::ops(config, store)?;
+    ops.metrics = MetricsSink::for_process(metrics);
+    let spinner = progress::spinner("reconciling");
+    let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
+    spinner.finish_and_clear();
+    print_json(&report.map_err(CliError::Other)?)
+}
+
+/// Re-drives the selected deliveries, a bar on stderr, the summary on stdout; each replay is
+/// logged as started by `cli:$USER`.
 async fn replay_command(
-    filter: &EventsArgs,
-    dry_run: bool,
-    concurrency: usize,
-    include_replays: bool,
-    max: usize,
+    args: &ReplayArgs,
     config: &Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let ops = crate::runtime::ops(config, store)?;
     let who = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let opts = crate::replay::ReplayOptions {
-        dry_run,
-        concurrency,
+        dry_run: args.dry_run,
+        concurrency: args.concurrency,
         started_by: format!("cli:{who}"),
         lease_ms: config.lease_ms,
-        include_replays,
-        max,
+        include_replays: args.include_replays,
+        max: args.max,
     };
+    // The total is known once the deliveries are selected, at the first report.
+    let bar = progress::bar("replaying", 0);
     let summary = crate::replay::replay(
         &ops.pipeline,
         &ops.providers,
-        &filter.filter()?,
+        &args.filter.filter()?,
         &opts,
-        progress_bar,
+        |done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
     )
     .await
     .map_err(|e| CliError::Other(e.to_string()))?;
-    eprintln!();
+    bar.finish();
     print_json(&summary)
-}
-
-/// A one-line progress bar on stderr.
-fn progress_bar(done: usize, total: usize) {
-    let width = 30;
-    let filled = (done * width)
-        .checked_div(total)
-        .unwrap_or(width)
-        .min(width);
-    eprint!(
-        "\rreplaying [{}{}] {done}/{total}",
-        "#".repeat(filled),
-        "-".repeat(width - filled)
-    );
 }
 
 async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {
@@ -443,10 +479,12 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
         PaymentsAction::Show {
             provider: p,
             reference,
+            format,
         } => {
             let provider = provider(&p)?;
             let reference = usage("--reference", Reference::parse(&reference))?;
-            print_json(&read::payment(store, provider, &reference).await?)
+            let view = read::payment(store, provider, &reference).await?;
+            print_as(format, &view, table::payment)
         }
     }
 }
@@ -469,10 +507,11 @@ pub fn serve_read_access(
     }
 }
 
-/// Serves the router on `addr` until Ctrl-C or SIGTERM.
+/// Serves the router on `addr` until Ctrl-C or SIGTERM, EMF lines to `metrics`.
 async fn serve(
     addr: SocketAddr,
     read_api: bool,
+    metrics: MetricsSink,
     config: Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
@@ -480,6 +519,7 @@ async fn serve(
     let mut app = crate::runtime::build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
+        a.metrics = metrics;
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");
@@ -502,4 +542,63 @@ async fn shutdown() {
         }
     }
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(args: &[&str]) -> Result<EventsArgs, clap::Error> {
+        let argv = ["payhook", "events"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv)?.command {
+            Command::Events { args, .. } => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn since_and_until_take_typed_times_into_the_same_filter_as_the_ms_flags() {
+        let typed = events(&[
+            "--since",
+            "2026-12-01",
+            "--until",
+            "2026-12-02T00:00:00+01:00",
+        ])
+        .unwrap()
+        .filter()
+        .unwrap();
+        assert_eq!(typed.since_ms, Some(1_796_083_200_000));
+        assert_eq!(typed.until_ms, Some(1_796_083_200_000 + 23 * 3_600_000));
+        let raw = events(&["--since-ms", "5", "--until-ms", "9"])
+            .unwrap()
+            .filter()
+            .unwrap();
+        assert_eq!((raw.since_ms, raw.until_ms), (Some(5), Some(9)));
+        let before = crate::domain::now_ms();
+        let relative = events(&["--since", "24h"]).unwrap().filter().unwrap();
+        let since = relative.since_ms.unwrap();
+        assert!((before - 86_400_000..=before - 86_400_000 + 60_000).contains(&since));
+    }
+
+    #[test]
+    fn a_time_given_both_ways_or_unreadable_is_a_usage_error() {
+        use clap::error::ErrorKind;
+        for (args, kind) in [
+            (
+                &["--since", "24h", "--since-ms", "5"][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (
+                &["--until-ms", "5", "--until", "1d"][..],
+                ErrorKind::ArgumentConflict,
+            ),
+            (&["--since", "yesterday"][..], ErrorKind::ValueValidation),
+        ] {
+            let err = events(args).unwrap_err();
+            assert_eq!(err.kind(), kind, "{args:?}");
+            assert_eq!(err.exit_code(), 2);
+        }
+        let err = events(&["--since", "2026-02-30"]).unwrap_err().to_string();
+        assert!(err.contains("day out of range"), "{err}");
+    }
 }

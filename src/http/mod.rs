@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::config::MAX_BODY_BYTES;
 use crate::domain::{now_ms, ProviderId};
-use crate::metrics::{self, Disposition, Rejection};
+use crate::metrics::{self, Disposition, MetricsSink, Rejection};
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
 
@@ -32,18 +32,16 @@ pub struct App<S> {
     pub providers: Providers,
     pub lease_ms: i64,
     pub max_lease_ms: i64,
-    /// Write one CloudWatch EMF line per delivery to stdout ([`crate::metrics`]): on for the
-    /// Lambda and `payhook serve`, off where stdout carries something else (in-process bench).
-    pub metrics: bool,
+    /// Where the one CloudWatch EMF line per delivery goes ([`crate::metrics`]): stdout inside
+    /// Lambda; off outside unless `payhook serve --metrics` asks, since stdout carries results.
+    pub metrics: MetricsSink,
     /// Who may use the read routes ([`read`]).
     pub read_access: ReadAccess,
 }
 
 impl<S> App<S> {
     fn count(&self, provider: ProviderId, disposition: Disposition, request_id: Option<&str>) {
-        if self.metrics {
-            metrics::emit(provider, disposition, now_ms(), request_id);
-        }
+        metrics::emit(self.metrics, provider, disposition, now_ms(), request_id);
     }
 }
 

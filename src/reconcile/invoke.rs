@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::{HttpProviderApi, ReconcileSettings, Reconciler};
 use crate::domain::Reference;
 use crate::eventlog::{LogFilter, Outcome};
+use crate::metrics::MetricsSink;
 use crate::pipeline::{Pipeline, Store};
 use crate::providers::Providers;
 use crate::replay::{replay, ReplayOptions};
@@ -71,6 +72,9 @@ pub struct Ops<S> {
     pub providers: Providers,
     pub api: HttpProviderApi,
     pub settings: ReconcileSettings,
+    /// Where a pass's EMF line goes: stdout inside Lambda; off outside unless asked, because
+    /// there stdout carries the JSON report.
+    pub metrics: MetricsSink,
 }
 
 /// Milliseconds kept free before the invocation's deadline: the pass stops starting work this
@@ -124,13 +128,16 @@ pub async fn handle<S: Store>(
         settings,
     };
     let report = reconciler.run().await.map_err(|e| e.to_string())?;
-    emit_report_metrics(&report);
+    emit_report_metrics(&report, ops.metrics);
     serde_json::to_value(report).map_err(|e| e.to_string())
 }
 
-/// One EMF line (stdout) with the pass's counts, namespace `payhook`, so alarms can watch
-/// `ReconcileNeedsHuman`.
-fn emit_report_metrics(report: &super::Report) {
+/// One EMF line with the pass's counts, namespace `payhook`, so alarms can watch
+/// `ReconcileNeedsHuman`; to `sink` (nothing is formatted when it is off).
+fn emit_report_metrics(report: &super::Report, sink: MetricsSink) {
+    if sink == MetricsSink::Off {
+        return;
+    }
     let line = serde_json::json!({
         "_aws": {
             "Timestamp": crate::domain::now_ms(),
@@ -154,5 +161,5 @@ fn emit_report_metrics(report: &super::Report) {
         "ReconcileAbandoned": report.abandoned.len(),
         "ReconcileDeferred": report.deferred.len(),
     });
-    println!("{line}");
+    sink.write_line(line.to_string());
 }

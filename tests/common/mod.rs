@@ -163,7 +163,7 @@ pub fn app(store: DynamoStore, lease_ms: i64) -> Arc<App<DynamoStore>> {
     // Metrics off: EMF lines on stdout would only bury the test output.
     let mut app = build_app(&config(lease_ms), store);
     if let Some(a) = Arc::get_mut(&mut app) {
-        a.metrics = false;
+        a.metrics = payhook::metrics::MetricsSink::Off;
     }
     app
 }

@@ -1,0 +1,140 @@
+//! The `payhook` binary as an operator runs it: where a `payhook serve` delivery's EMF line
+//! goes (stdout must stay clean for results unless asked), and the exit codes scripts rely on.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+use payhook::cli::client::post;
+use payhook::dynamodb::DynamoStore;
+use payhook::providers::generic::StandardWebhooks;
+
+fn payhook(store: &DynamoStore) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_payhook"));
+    payhook_env(&mut cmd, store).env("RUST_LOG", "error");
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `payhook serve` with `extra` flags, delivers one new payment, stops the server and
+/// returns what it wrote. The delivery's EMF line is written before its answer is sent, so
+/// once the answer arrived the line is in the pipe.
+async fn serve_one_delivery(store: &DynamoStore, name: &str, extra: &[&str]) -> Output {
+    let port = free_port();
+    let child = payhook(store)
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn payhook serve");
+    let body = payment_body(
+        &format!("e_{name}"),
+        &format!("r_{name}"),
+        "w_cli",
+        100,
+        "NGN",
+    );
+    let scheme = StandardWebhooks::from_env_value(SECRET, 300).unwrap();
+    let url = format!("http://127.0.0.1:{port}/webhooks/generic");
+    let mut status = 0;
+    for _ in 0..200 {
+        let ts = now_s();
+        let headers = vec![
+            ("webhook-id".to_owned(), format!("msg_{name}")),
+            ("webhook-timestamp".to_owned(), ts.to_string()),
+            (
+                "webhook-signature".to_owned(),
+                scheme.sign(&format!("msg_{name}"), ts, body.as_bytes()),
+            ),
+        ];
+        if let Ok(r) = post(&url, &headers, body.clone().into_bytes()).await {
+            status = r.status;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut child = child;
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        status,
+        200,
+        "the delivery was not applied; stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn emf_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("_aws").is_some())
+        .collect()
+}
+
+#[tokio::test]
+async fn serve_writes_emf_lines_only_where_asked() {
+    // GIVEN fresh tables
+    let store = store("cli_metrics").await;
+
+    // WHEN `payhook serve` applies a delivery without --metrics
+    let quiet = serve_one_delivery(&store, "quiet", &[]).await;
+    // THEN neither stdout nor stderr carries an EMF line
+    assert_eq!(emf_lines(&quiet.stdout), Vec::<serde_json::Value>::new());
+    assert_eq!(emf_lines(&quiet.stderr), Vec::<serde_json::Value>::new());
+
+    // WHEN asked for EMF: one Applied line on stdout, as CloudWatch reads it in Lambda
+    let emf = serve_one_delivery(&store, "emf", &["--metrics", "emf"]).await;
+    let lines = emf_lines(&emf.stdout);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["Applied"], 1);
+    assert_eq!(lines[0]["Provider"], "generic");
+
+    // WHEN asked for stderr: the line is there and stdout stays clean
+    let side = serve_one_delivery(&store, "side", &["--metrics", "stderr"]).await;
+    assert!(emf_lines(&side.stdout).is_empty());
+    assert_eq!(emf_lines(&side.stderr).len(), 1);
+}
+
+#[tokio::test]
+async fn exit_codes_tell_usage_from_failure() {
+    let store = store("cli_exit").await;
+    let run = |args: &[&str]| payhook(&store).args(args).output().unwrap();
+
+    // A sink clap does not know is a usage error (2), named in the message.
+    let bad_sink = run(&["serve", "--metrics", "cloudwatch"]);
+    assert_eq!(bad_sink.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_sink.stderr).contains("off, emf (stdout) or stderr"));
+
+    // So is a time nobody could read, or one given both ways.
+    let bad_time = run(&["events", "--since", "last tuesday"]);
+    assert_eq!(bad_time.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_time.stderr).contains("duration back from now"));
+    let both = run(&["replay", "--since", "24h", "--since-ms", "5", "--dry-run"]);
+    assert_eq!(both.status.code(), Some(2));
+
+    // A value the command itself refuses (CliError::Usage) is also 2.
+    let bad_outcome = run(&["events", "--outcome", "nonsense"]);
+    assert_eq!(bad_outcome.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_outcome.stderr).contains("unknown outcome"));
+
+    // A well-formed command that fails is 1, with nothing on stdout.
+    let unknown = run(&["balance", "nobody_here"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(unknown.stdout.is_empty());
+
+    // And success is 0.
+    assert_eq!(run(&["events", "--limit", "1"]).status.code(), Some(0));
+}

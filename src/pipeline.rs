@@ -423,18 +423,14 @@ impl<S: Store> Pipeline<S> {
                 return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
             }
             PaidOutcome::NotPayable(rec) => {
-                let p = Problem::new(
-                    "payment_not_payable",
-                    format!(
-                        "payment is {} under another key; it needs a human",
-                        rec.status
-                    ),
-                    Some(key),
+                let why = format!(
+                    "payment is {} under another key; it needs a human",
+                    rec.status
                 );
-                return Ok(Settled::NothingMoved(Answer::json(
-                    422,
-                    &p,
-                    Outcome::Conflict,
+                return Ok(Settled::NothingMoved(refused(
+                    key,
+                    "payment_not_payable",
+                    why,
                 )));
             }
             // Acknowledged so the provider stops retrying; applicable later by a replay.
@@ -507,16 +503,8 @@ impl<S: Store> Pipeline<S> {
             // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
             RefundOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
             RefundOutcome::Refused { reason, payment } => {
-                let p = Problem::new(
-                    reason,
-                    format!("refund refused; payment is {}", payment.status),
-                    Some(key),
-                );
-                return Ok(Settled::NothingMoved(Answer::json(
-                    422,
-                    &p,
-                    Outcome::Conflict,
-                )));
+                let why = format!("refund refused; payment is {}", payment.status);
+                return Ok(Settled::NothingMoved(refused(key, reason, why)));
             }
             // The provider reported this refund failed before its success arrived: it never applies.
             RefundOutcome::Voided(_) => {
@@ -673,6 +661,15 @@ fn state_answer(
             event_type: None,
         },
         outcome,
+    )
+}
+
+/// A movement a human must look at (422): final for the provider, nothing moved.
+fn refused(key: &IdempotencyKey, error: &str, message: String) -> Answer {
+    Answer::json(
+        422,
+        &Problem::new(error, message, Some(key)),
+        Outcome::Conflict,
     )
 }
 

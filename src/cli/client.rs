@@ -46,21 +46,47 @@ pub fn provider_of(event: &Value) -> Result<ProviderId, CliError> {
         })
 }
 
+/// A sample API Gateway v2 event under events/, read for sending: the event, the provider its
+/// path names, its body, and the body's own `id` (if it has one).
+pub struct Sample {
+    pub event: Value,
+    pub provider: ProviderId,
+    pub body: String,
+    pub event_id: Option<String>,
+}
+
+impl Sample {
+    pub fn read(path: &Path) -> Result<Self, CliError> {
+        let text = std::fs::read_to_string(path)?;
+        let event: Value = serde_json::from_str(&text)
+            .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+        let provider = provider_of(&event)?;
+        let body = event
+            .get("body")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let event_id = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|b| b.get("id").and_then(Value::as_str).map(str::to_owned));
+        Ok(Sample {
+            event,
+            provider,
+            body,
+            event_id,
+        })
+    }
+}
+
 /// Reads an API Gateway v2 event and returns it with fresh signature headers.
 pub fn resign_file(path: &Path, config: &Config) -> Result<Value, CliError> {
-    let text = std::fs::read_to_string(path)?;
-    let mut event: Value = serde_json::from_str(&text)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
-    let provider = provider_of(&event)?;
-    let body = event
-        .get("body")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let event_id = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|b| b.get("id").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| "msg_sample".to_owned());
+    let Sample {
+        mut event,
+        provider,
+        body,
+        event_id,
+    } = Sample::read(path)?;
+    let event_id = event_id.unwrap_or_else(|| "msg_sample".to_owned());
     let headers = sign_headers(
         provider,
         config,

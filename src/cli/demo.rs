@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::client::{post, provider_of, sign_headers, Reply};
+use super::client::{post, sign_headers, Reply, Sample};
 use super::{print_json, CliError};
 use crate::config::Config;
 use crate::domain::{now_ms, AccountId};
@@ -27,20 +27,13 @@ pub async fn run(
     config: &Config,
     store: &DynamoStore,
 ) -> Result<(), CliError> {
-    let event: Value = serde_json::from_str(&std::fs::read_to_string(sample)?)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", sample.display())))?;
-    let provider = provider_of(&event)?;
-    let body = event
-        .get("body")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let parsed: Value = serde_json::from_str(&body).map_err(|e| CliError::Usage(e.to_string()))?;
-    let event_id = parsed
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or("evt")
-        .to_owned();
+    let Sample {
+        provider,
+        body,
+        event_id,
+        ..
+    } = Sample::read(sample)?;
+    let event_id = event_id.unwrap_or_else(|| "evt".to_owned());
     let target = format!("{}/webhooks/{provider}", url.trim_end_matches('/'));
     let send = |id: String| {
         let headers = sign_headers(provider, config, body.as_bytes(), &id, now_ms() / 1_000);

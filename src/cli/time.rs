@@ -154,7 +154,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of epoch ms, as tables print times: whole seconds, so a
 /// column keeps one width.
 pub fn format_utc(ms: i64) -> String {
-    let (y, m, d) = civil_from_days(ms.div_euclid(DAY_MS));
+    let (y, m, d) = crate::domain::civil_from_days(ms.div_euclid(DAY_MS));
     let s = ms.rem_euclid(DAY_MS) / SECOND_MS;
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
@@ -162,20 +162,6 @@ pub fn format_utc(ms: i64) -> String {
         s / 60 % 60,
         s % 60
     )
-}
-
-/// The proleptic Gregorian date of a day since 1970-01-01 (Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
@@ -286,7 +272,7 @@ mod tests {
             for m in 1..=12 {
                 for d in 1..=days_in_month(y, m) {
                     assert_eq!(days_from_civil(y, m, d), expected, "{y}-{m}-{d}");
-                    assert_eq!(civil_from_days(expected), (y, m, d));
+                    assert_eq!(crate::domain::civil_from_days(expected), (y, m, d));
                     expected += 1;
                 }
             }

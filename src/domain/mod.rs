@@ -25,3 +25,19 @@ pub fn now_ms() -> i64 {
 pub fn expires_at_s(now_ms: i64, retention_s: i64) -> i64 {
     now_ms / 1000 + retention_s
 }
+
+/// The proleptic Gregorian date (year, month, day) of a day counted from 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`): the delivery log's day buckets and the command line's dates,
+/// without a date library.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}

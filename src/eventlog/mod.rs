@@ -175,19 +175,9 @@ pub trait EventLog: Sync {
     ) -> impl Future<Output = Result<Delivery, StoreError>> + Send;
 }
 
-/// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant (Howard Hinnant's civil-from-days), used
-/// to bucket the time index without a date library.
+/// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant, used to bucket the time index.
 pub fn utc_day(epoch_ms: i64) -> String {
-    let days = epoch_ms.div_euclid(86_400_000);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::domain::civil_from_days(epoch_ms.div_euclid(86_400_000));
     format!("{y:04}-{m:02}-{d:02}")
 }
 

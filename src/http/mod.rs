@@ -80,12 +80,6 @@ async fn webhook<S: Store>(
     req: Request<Body>,
 ) -> Response {
     let received_at_ms = now_ms();
-    // Lambda's request id, for every line about this delivery; "-" outside Lambda.
-    let request_id = req
-        .extensions()
-        .get::<lambda_http::Context>()
-        .map(|c| c.request_id.clone());
-    let rid = request_id.as_deref().unwrap_or("-");
     // No metric for an unknown name: it is caller input, and would become a dimension value.
     let Some(provider_id) = crate::providers::registered(&provider) else {
         return error(
@@ -94,113 +88,146 @@ async fn webhook<S: Store>(
             format!("no provider named {provider:?}"),
         );
     };
+    let ctx = Ctx {
+        app: &app,
+        provider: provider_id,
+        // Lambda's request id, for every line about this delivery; "-" outside Lambda.
+        request_id: req
+            .extensions()
+            .get::<lambda_http::Context>()
+            .map(|c| c.request_id.clone()),
+    };
     let Some(adapter) = app.providers.get(provider_id) else {
-        tracing::warn!(request_id = rid, provider = %provider_id, "provider not configured");
-        app.count(
-            provider_id,
-            Disposition::Rejected(Rejection::NotConfigured),
-            request_id.as_deref(),
-        );
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "provider_not_configured",
-            format!("{provider} has no secret configured"),
+        tracing::warn!(request_id = ctx.rid(), provider = %provider_id, "provider not configured");
+        return ctx.reject(
+            Rejection::NotConfigured,
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provider_not_configured",
+                format!("{provider} has no secret configured"),
+            ),
         );
     };
     let lease = lease_ms(&app, &req, received_at_ms);
     let (parts, body) = req.into_parts();
-    if parts
-        .headers
+    let Some(bytes) = read_body(&parts.headers, body).await else {
+        tracing::info!(request_id = ctx.rid(), provider = %provider_id, "body too large");
+        return ctx.reject(Rejection::TooLarge, too_large());
+    };
+    match ctx.verified_event(adapter, &parts.headers, &bytes, received_at_ms) {
+        Ok(event) => ctx.process(&event, &bytes, received_at_ms, lease).await,
+        Err(rejected) => *rejected,
+    }
+}
+
+/// The body, unless it is larger than [`MAX_BODY_BYTES`] (by its declared length, before
+/// reading, or as read).
+async fn read_body(headers: &HeaderMap, body: Body) -> Option<bytes::Bytes> {
+    let declared = headers
         .get("content-length")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n > MAX_BODY_BYTES)
-    {
-        tracing::info!(request_id = rid, provider = %provider_id, "body too large");
-        app.count(
-            provider_id,
-            Disposition::Rejected(Rejection::TooLarge),
-            request_id.as_deref(),
-        );
-        return too_large();
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return None;
     }
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        tracing::info!(request_id = rid, provider = %provider_id, "body too large");
-        app.count(
-            provider_id,
-            Disposition::Rejected(Rejection::TooLarge),
-            request_id.as_deref(),
-        );
-        return too_large();
-    };
-    if let Err(e) = adapter.verify(&parts.headers, &bytes, received_at_ms / 1_000) {
-        tracing::info!(request_id = rid, provider = %provider_id, reason = %e, "signature rejected");
-        app.count(
-            provider_id,
-            Disposition::Rejected(Rejection::Signature),
-            request_id.as_deref(),
-        );
-        return error(StatusCode::UNAUTHORIZED, "invalid_signature", e.to_string());
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.ok()
+}
+
+/// One delivery's provider and request id: what every log line and metric about it carries.
+struct Ctx<'a, S> {
+    app: &'a App<S>,
+    provider: ProviderId,
+    request_id: Option<String>,
+}
+
+impl<S: Store> Ctx<'_, S> {
+    fn rid(&self) -> &str {
+        self.request_id.as_deref().unwrap_or("-")
     }
-    let event = match adapter.normalise(&bytes) {
-        Ok(ev) => ev,
-        Err(e) => {
+
+    /// Counts a rejection (nothing was written) and answers `response`.
+    fn reject(&self, why: Rejection, response: Response) -> Response {
+        self.app.count(
+            self.provider,
+            Disposition::Rejected(why),
+            self.request_id.as_deref(),
+        );
+        response
+    }
+
+    /// The signature checked on the raw bytes, then the payload mapped; a refusal is answered.
+    fn verified_event(
+        &self,
+        adapter: &dyn crate::providers::Provider,
+        headers: &HeaderMap,
+        bytes: &[u8],
+        received_at_ms: i64,
+    ) -> Result<crate::domain::NormalisedEvent, Box<Response>> {
+        let (rid, provider) = (self.rid(), self.provider);
+        if let Err(e) = adapter.verify(headers, bytes, received_at_ms / 1_000) {
+            tracing::info!(request_id = rid, %provider, reason = %e, "signature rejected");
+            let response = error(StatusCode::UNAUTHORIZED, "invalid_signature", e.to_string());
+            return Err(Box::new(self.reject(Rejection::Signature, response)));
+        }
+        adapter.normalise(bytes).map_err(|e| {
             // The field name only: a reason may quote the payload.
             let field = match &e {
                 crate::providers::PayloadError::Invalid { field, .. } => field.as_str(),
                 _ => "body",
             };
-            tracing::info!(request_id = rid, provider = %provider_id, field, "payload rejected");
-            app.count(
-                provider_id,
-                Disposition::Rejected(Rejection::Payload),
-                request_id.as_deref(),
-            );
-            return bad_payload(&e);
-        }
-    };
-    // parse_strict accepted the body, so it is UTF-8.
-    let raw_body = String::from_utf8_lossy(&bytes);
-    let delivered = Delivered {
-        event: &event,
-        raw_body: &raw_body,
-        received_at_ms,
-        lease_ms: lease,
-        replay_of: None,
-        started_by: None,
-    };
-    let key = event.key();
-    let key = key.as_ref().map_or("-", |k| k.as_str());
-    match app.pipeline.process(delivered).await {
-        Ok(answer) => {
-            tracing::info!(
-                request_id = rid, provider = %provider_id, event_id = %event.event_id, key,
-                outcome = %answer.outcome, status = answer.status, "delivery"
-            );
-            // The pipeline does not report takeovers in its answer yet (it logs them).
-            let disposition = Disposition::Processed {
-                outcome: answer.outcome,
-                took_over: answer.took_over,
-            };
-            app.count(provider_id, disposition, request_id.as_deref());
-            respond(answer)
-        }
-        Err(e) => {
-            tracing::error!(
-                request_id = rid, provider = %provider_id, event_id = %event.event_id, key,
-                outcome = %crate::eventlog::Outcome::Failed, error = ?e, "delivery failed; provider will retry"
-            );
-            let disposition = Disposition::Processed {
-                outcome: crate::eventlog::Outcome::Failed,
-                took_over: false,
-            };
-            app.count(provider_id, disposition, request_id.as_deref());
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                "temporarily unable to record this delivery; retry",
-            )
-        }
+            tracing::info!(request_id = rid, %provider, field, "payload rejected");
+            Box::new(self.reject(Rejection::Payload, bad_payload(&e)))
+        })
+    }
+
+    /// Runs the pipeline and answers: its answer, or 503 when the store could not decide (the
+    /// provider retries; any claim taken is kept for that retry).
+    async fn process(
+        &self,
+        event: &crate::domain::NormalisedEvent,
+        bytes: &[u8],
+        received_at_ms: i64,
+        lease_ms: i64,
+    ) -> Response {
+        // verified_event's strict parse accepted the body, so it is UTF-8.
+        let raw_body = String::from_utf8_lossy(bytes);
+        let delivered = Delivered {
+            event,
+            raw_body: &raw_body,
+            received_at_ms,
+            lease_ms,
+            replay_of: None,
+            started_by: None,
+        };
+        let key = event.key();
+        let key = key.as_ref().map_or("-", |k| k.as_str());
+        let (rid, provider, event_id) = (self.rid(), self.provider, &event.event_id);
+        let (outcome, took_over, response) = match self.app.pipeline.process(delivered).await {
+            Ok(answer) => {
+                tracing::info!(
+                    request_id = rid, %provider, %event_id, key,
+                    outcome = %answer.outcome, status = answer.status, "delivery"
+                );
+                (answer.outcome, answer.took_over, respond(answer))
+            }
+            Err(e) => {
+                let outcome = crate::eventlog::Outcome::Failed;
+                tracing::error!(
+                    request_id = rid, %provider, %event_id, key, %outcome, error = ?e,
+                    "delivery failed; provider will retry"
+                );
+                let response = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "temporarily unable to record this delivery; retry",
+                );
+                (outcome, false, response)
+            }
+        };
+        let disposition = Disposition::Processed { outcome, took_over };
+        self.app
+            .count(provider, disposition, self.request_id.as_deref());
+        response
     }
 }
 

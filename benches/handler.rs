@@ -20,8 +20,8 @@ use payhook::domain::{
 };
 use payhook::eventlog::Outcome;
 use payhook::idempotency::{judge_existing, ClaimRecord, ClaimState, StoredResponse};
-use payhook::ledger::{judge_paid, PaymentRecord};
 use payhook::metrics::{emf_line, Disposition};
+use payhook::payments::{judge_paid, PaymentRecord};
 use payhook::pipeline::Applied;
 use payhook::providers::generic::{Generic, StandardWebhooks};
 use payhook::providers::Provider;

@@ -17,7 +17,8 @@
 //! - [`providers`]: one adapter per provider: verify the raw body, map it to a normalised event.
 //! - [`pipeline`]: claim -> payment transition -> ledger entry -> finalize -> log.
 //! - [`idempotency`]: the claim outcome enum and the pure decision over an existing claim.
-//! - [`ledger`]: payment transitions and postings, and how a failed condition is judged.
+//! - [`payments`]: the payment state machine, and how a failed transition is judged (pure).
+//! - [`ledger`]: postings, the stored shard layout, balances as sums of entries.
 //! - [`eventlog`]: the append-only delivery log and its queries.
 //! - [`store`]: the error every store call can give (the seam; the traits sit beside their types).
 //! - [`dynamodb`]: the only code that speaks DynamoDB, one module per table, item mapping beside it.
@@ -64,6 +65,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ledger;
 pub mod metrics;
+pub mod payments;
 pub mod pipeline;
 pub mod providers;
 pub mod read;

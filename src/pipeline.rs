@@ -10,9 +10,10 @@ use crate::domain::{
 };
 use crate::eventlog::{Delivery, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
-use crate::ledger::{
-    movement_time, shard_of_payment, Ledger, Mismatch, NewCredit, PaidOutcome, PaymentRecord,
-    Payments, PostOutcome, Posting, RefundOutcome, ReversalOutcome, StateOutcome,
+use crate::ledger::{movement_time, shard_of_payment, Ledger, PostOutcome, Posting};
+use crate::payments::{
+    Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, RefundOutcome, ReversalOutcome,
+    StateOutcome,
 };
 use crate::store::StoreError;
 
@@ -609,24 +610,33 @@ fn applied(body: &Applied<'_>, all_done_before: bool) -> Answer {
 }
 
 fn parked(key: &IdempotencyKey) -> Answer {
-    let mut p = Problem::new(
+    let why = "the refunded payment is not PAID yet; retry later";
+    retry_later(
+        key,
         "payment_not_paid",
-        "the refunded payment is not PAID yet; retry later",
-        Some(key),
-    );
-    p.retry_after_s = Some(seconds_ceil(PARKED_RETRY_MS));
-    Answer::json(409, &p, Outcome::Parked).retry_after(PARKED_RETRY_MS)
+        why,
+        Outcome::Parked,
+        PARKED_RETRY_MS,
+    )
 }
 
 /// A lost race is never final: answered retryable, nothing moved.
 fn contended(key: &IdempotencyKey) -> Answer {
-    let mut p = Problem::new(
-        "in_flight",
-        "concurrent updates to this payment; retry later",
-        Some(key),
-    );
-    p.retry_after_s = Some(seconds_ceil(CONTENDED_RETRY_MS));
-    Answer::json(409, &p, Outcome::InFlight).retry_after(CONTENDED_RETRY_MS)
+    let why = "concurrent updates to this payment; retry later";
+    retry_later(key, "in_flight", why, Outcome::InFlight, CONTENDED_RETRY_MS)
+}
+
+/// 409 with `Retry-After`: nothing moved, the provider's redelivery settles it.
+fn retry_later(
+    key: &IdempotencyKey,
+    error: &str,
+    message: &str,
+    outcome: Outcome,
+    retry_ms: i64,
+) -> Answer {
+    let mut p = Problem::new(error, message, Some(key));
+    p.retry_after_s = Some(seconds_ceil(retry_ms));
+    Answer::json(409, &p, outcome).retry_after(retry_ms)
 }
 
 /// Types we acknowledge (200, so the provider stops retrying) and log, but do not act on.

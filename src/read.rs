@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use crate::domain::{now_ms, AccountId, Currency, ProviderId, Reference};
 use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
-use crate::ledger::{Ledger, PaymentRecord, Payments, Posting};
+use crate::ledger::{Ledger, Posting};
+use crate::payments::{PaymentRecord, Payments};
 use crate::store::StoreError;
 
 /// How many deliveries a payment view lists (newest first); `next_cursor` pages further through

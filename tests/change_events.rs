@@ -23,7 +23,8 @@ use payhook::domain::{AccountId, Currency, Money, ProviderId, Reference};
 use payhook::dynamodb::schema::ALL;
 use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
-use payhook::ledger::{ExpectedPayment, Layout, Ledger, Payments};
+use payhook::ledger::{Layout, Ledger};
+use payhook::payments::{ExpectedPayment, Payments};
 use serde_json::{json, Value};
 
 /// One pipe as template.yaml declares it.

@@ -18,7 +18,8 @@ use payhook::domain::{
 use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
 use payhook::idempotency::{ClaimOutcome, ClaimState, Claims, FinalizeOutcome, StoredResponse};
-use payhook::ledger::{ExpectedPayment, Ledger, Payments, PostOutcome, Posting};
+use payhook::ledger::{Ledger, PostOutcome, Posting};
+use payhook::payments::{ExpectedPayment, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::providers::Providers;
 use payhook::reconcile::{ApiEndpoint, HttpProviderApi, ReconcileSettings, Reconciler, Report};
@@ -156,11 +157,11 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else {
         panic!()
     };
-    let new = payhook::ledger::NewCredit {
+    let new = payhook::payments::NewCredit {
         shard: 0,
         default_account: None,
     };
-    let payhook::ledger::PaidOutcome::AlreadyApplied(paid) = store
+    let payhook::payments::PaidOutcome::AlreadyApplied(paid) = store
         .mark_paid(ProviderId::GENERIC, &facts, &key, new)
         .await
         .unwrap()

@@ -11,7 +11,8 @@ use payhook::domain::{AccountId, Currency, Money, PaymentStatus, ProviderId, Ref
 use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
-use payhook::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use payhook::ledger::Ledger;
+use payhook::payments::{ExpectedPayment, Payments, RegisterOutcome};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::json;

@@ -20,7 +20,8 @@ use payhook::domain::{
 use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
-use payhook::ledger::{ExpectedPayment, Layout, Ledger, Payments};
+use payhook::ledger::{Layout, Ledger};
+use payhook::payments::{ExpectedPayment, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::replay::{replay, ReplayOptions};
 use payhook::runtime::build_app;

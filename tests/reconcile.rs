@@ -18,7 +18,8 @@ use payhook::domain::{AccountId, Currency, Money, PaymentStatus, ProviderId, Ref
 use payhook::dynamodb::DynamoStore;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
-use payhook::ledger::{ExpectedPayment, Ledger, Payments};
+use payhook::ledger::Ledger;
+use payhook::payments::{ExpectedPayment, Payments};
 use payhook::pipeline::Pipeline;
 use payhook::providers::Providers;
 use payhook::reconcile::{ApiEndpoint, HttpProviderApi, ReconcileSettings, Reconciler, Report};

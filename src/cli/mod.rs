@@ -20,8 +20,9 @@ use crate::domain::{AccountId, Currency, Money, ProviderId, Reference};
 use crate::dynamodb::{schema, DynamoStore};
 use crate::eventlog::{LogFilter, Outcome};
 use crate::http::ReadAccess;
-use crate::ledger::{ExpectedPayment, Ledger, Payments, RegisterOutcome};
+use crate::ledger::Ledger;
 use crate::metrics::MetricsSink;
+use crate::payments::{ExpectedPayment, Payments, RegisterOutcome};
 use crate::read::{self, DeliveryQuery};
 
 #[derive(Debug, Parser)]

@@ -121,6 +121,24 @@ fn to_layout(item: &Item, table: &str) -> Result<Layout, StoreError> {
     })
 }
 
+impl DynamoStore {
+    /// The stored layout item (consistent read), if one was ever written.
+    async fn stored_layout(&self) -> Result<Option<Layout>, StoreError> {
+        let table = &self.tables.ledger;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(LAYOUT_KEY))
+            .key("sk", s(LAYOUT_KEY))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        out.item.map(|i| to_layout(&i, table)).transpose()
+    }
+}
+
 fn ledger_pk(account: &AccountId, shard: u32) -> String {
     format!("{account}#{shard}")
 }
@@ -157,19 +175,7 @@ impl Ledger for DynamoStore {
     }
 
     async fn layout(&self) -> Result<Layout, StoreError> {
-        let table = &self.tables.ledger;
-        let out = self
-            .client
-            .get_item()
-            .table_name(table)
-            .key("pk", s(LAYOUT_KEY))
-            .key("sk", s(LAYOUT_KEY))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item
-            .map_or(Ok(Layout::default()), |i| to_layout(&i, table))
+        Ok(self.stored_layout().await?.unwrap_or_default())
     }
 
     async fn placement_layout(&self) -> Result<Layout, StoreError> {
@@ -183,17 +189,7 @@ impl Ledger for DynamoStore {
         let table = &self.tables.ledger;
         // Optimistic: grow from the layout read, conditioned on it being still the stored one.
         for _ in 0..8 {
-            let out = self
-                .client
-                .get_item()
-                .table_name(table)
-                .key("pk", s(LAYOUT_KEY))
-                .key("sk", s(LAYOUT_KEY))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| unavailable("GetItem", table, e))?;
-            let stored = out.item.as_ref().map(|i| to_layout(i, table)).transpose()?;
+            let stored = self.stored_layout().await?;
             let current = stored.unwrap_or_default();
             let grown = current.grown_to(want);
             if stored.is_some() && grown == current {

@@ -17,7 +17,7 @@ use crate::domain::{
     now_ms, AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId,
     Reference, RefundFacts, StateFacts,
 };
-use crate::ledger::{
+use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
     RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,

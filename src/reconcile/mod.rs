@@ -31,7 +31,7 @@ use crate::domain::{
     StateFacts,
 };
 use crate::eventlog::{Delivery, LogFilter, Outcome};
-use crate::ledger::PaymentRecord;
+use crate::payments::PaymentRecord;
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
 use crate::replay::{event_of, redrive, ReplayError, RESUME_EVENT_TYPE};

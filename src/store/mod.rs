@@ -1,6 +1,6 @@
 //! The seam between the code that decides and the code that stores: the error every store
 //! call can give. The capability traits live beside the types they speak
-//! ([`crate::idempotency::Claims`], [`crate::ledger::Payments`], [`crate::ledger::Ledger`],
+//! ([`crate::idempotency::Claims`], [`crate::payments::Payments`], [`crate::ledger::Ledger`],
 //! [`crate::eventlog::EventLog`]) and return this error; [`crate::dynamodb`] implements them.
 //! This module imports nothing of payhook, so every layer can see it and no import runs back up.
 

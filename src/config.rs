@@ -69,9 +69,7 @@ pub struct Config {
     pub read_token: Option<ReadToken>,
 }
 
-/// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in
-/// the delivery log untruncated.
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
+pub use crate::domain::MAX_BODY_BYTES;
 
 fn positive(
     get: &impl Fn(&str) -> Option<String>,

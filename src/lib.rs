@@ -31,6 +31,11 @@
 //! - [`config`]: environment, read once.
 //! - [`cli`]: the `payhook` command line.
 //!
+//! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
+//! checks it): `domain`, `store` → `idempotency`, `payments`, `ledger`, `eventlog`,
+//! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics` → `dynamodb`, `http` →
+//! `config`, `runtime`, `cli`.
+//!
 //! # The idempotency protocol
 //!
 //! | claim state          | event                          | write (one conditional statement)                      | next state            |

@@ -41,11 +41,6 @@ impl MetricsSink {
         }
     }
 
-    /// [`MetricsSink::choose`] for this process.
-    pub fn for_process(asked: Option<MetricsSink>) -> MetricsSink {
-        Self::choose(crate::runtime::in_lambda(), asked)
-    }
-
     /// Writes `line` and a newline in a single write, so concurrent deliveries never interleave
     /// within a line. A failed write is ignored: metrics never fail a delivery.
     pub fn write_line(self, mut line: String) {

@@ -9,6 +9,7 @@ use aws_config::BehaviorVersion;
 
 use crate::config::Config;
 use crate::dynamodb::DynamoStore;
+use crate::metrics::MetricsSink;
 use std::sync::Arc;
 
 use crate::http::{App, ReadAccess};
@@ -29,6 +30,12 @@ pub fn init_tracing() {
     } else {
         builder.with_ansi(false).init();
     }
+}
+
+/// Where this process writes its EMF metric lines: what was asked, else stdout inside Lambda
+/// (CloudWatch reads it) and nowhere outside ([`MetricsSink::choose`]).
+pub fn metrics_sink(asked: Option<MetricsSink>) -> MetricsSink {
+    MetricsSink::choose(in_lambda(), asked)
 }
 
 /// True inside the Lambda runtime.
@@ -102,7 +109,7 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
-        metrics: crate::metrics::MetricsSink::for_process(None),
+        metrics: metrics_sink(None),
         // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,
@@ -126,6 +133,6 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
         providers,
         api: HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(call_timeout),
         settings,
-        metrics: crate::metrics::MetricsSink::for_process(None),
+        metrics: metrics_sink(None),
     })
 }

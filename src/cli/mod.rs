@@ -289,7 +289,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             serve(
                 addr,
                 read_api,
-                MetricsSink::for_process(metrics),
+                crate::runtime::metrics_sink(metrics),
                 config,
                 store,
             )
@@ -401,7 +401,7 @@ async fn reconcile(
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let mut ops = crate::runtime::ops(config, store)?;
-    ops.metrics = MetricsSink::for_process(metrics);
+    ops.metrics = crate::runtime::metrics_sink(metrics);
     let spinner = progress::spinner("reconciling");
     let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
     spinner.finish_and_clear();

@@ -12,6 +12,10 @@ pub use event::{
 pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;
 
+/// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in
+/// the delivery log untruncated.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
 /// Milliseconds since the Unix epoch, from the system clock. Leases and logs compare these
 /// numbers; DynamoDB's TTL wants seconds, see [`expires_at_s`].
 pub fn now_ms() -> i64 {

@@ -56,7 +56,7 @@ fn body_of(item: &Item, r: &Reader<'_>) -> Result<Option<String>, StoreError> {
     };
     let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(
         z.as_ref(),
-        crate::config::MAX_BODY_BYTES,
+        crate::domain::MAX_BODY_BYTES,
     )
     .map_err(|_| r.corrupt("body_z does not inflate"))?;
     String::from_utf8(bytes)

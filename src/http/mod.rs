@@ -16,8 +16,7 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::json;
 
-use crate::config::MAX_BODY_BYTES;
-use crate::domain::{now_ms, ProviderId};
+use crate::domain::{now_ms, ProviderId, MAX_BODY_BYTES};
 use crate::metrics::{self, Disposition, MetricsSink, Rejection};
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;

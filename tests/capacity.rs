@@ -152,3 +152,98 @@ async fn a_balance_read_costs_shards_plus_recent_entries_not_history() {
     let (after, n3, _) = balance_read_units(&store, &acct).await;
     assert_eq!((after, n3), (20_007, 2_001));
 }
+
+/// The stored log items of one reference, oldest first.
+async fn log_items(
+    store: &DynamoStore,
+    reference: &str,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    let pk = format!("ref#generic#{reference}");
+    let mut items: Vec<_> = scan(store, &store.tables().events)
+        .await
+        .into_iter()
+        .filter(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&pk))
+        .collect();
+    items.sort_by_key(|i| i.get("sk").and_then(|v| v.as_s().ok()).cloned());
+    items
+}
+
+fn attr_s<'a>(
+    item: &'a std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+    name: &str,
+) -> Option<&'a String> {
+    item.get(name).and_then(|v| v.as_s().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_redelivery_points_at_the_body_it_repeats_and_never_loses_one() {
+    use payhook::eventlog::{EventLog, LogFilter};
+    // GIVEN a 64 KB payment body, applied once
+    let store = store("sharedbody").await;
+    let app = app(store.clone(), 30_000);
+    let body = payhook::cli::capacity::body("evt_big", "pay_big", "w_big", 65_536);
+    let first = send(&app, signed(&body)).await;
+    assert_eq!(
+        (first.status, first.replayed),
+        (200, false),
+        "{}",
+        first.body
+    );
+
+    // WHEN the provider redelivers the same bytes
+    let again = send(&app, signed(&body)).await;
+    assert_eq!((again.status, again.replayed), (200, true));
+
+    // THEN the redelivery's item holds no body of its own: it points at the first, and expires
+    // no later than it
+    let items = log_items(&store, "pay_big").await;
+    assert_eq!(items.len(), 2);
+    let first_id = attr_s(&items[0], "sk").unwrap().clone();
+    assert!(items[0].contains_key("body_z"));
+    assert!(!items[1].contains_key("body_z") && !items[1].contains_key("raw_body"));
+    assert_eq!(attr_s(&items[1], "body_in"), Some(&first_id));
+    let expires =
+        |i: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>| {
+            i.get("expires_at_s")
+                .unwrap()
+                .as_n()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        };
+    assert!(expires(&items[1]) <= expires(&items[0]));
+    // AND reading it back (as replay does) gives the exact bytes
+    let filter = LogFilter {
+        reference: Some(Reference::parse("pay_big").unwrap()),
+        ..LogFilter::default()
+    };
+    let page = store.query(&filter, 10, None).await.unwrap();
+    for d in &page.deliveries {
+        let full = store.with_body(d).await.unwrap();
+        assert_eq!(full.raw_body.as_deref(), Some(body.as_str()), "{}", d.id);
+    }
+
+    // GIVEN the first delivery's item is gone (its append never landed, or it expired)
+    store
+        .client()
+        .delete_item()
+        .table_name(&store.tables().events)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("ref#generic#pay_big".into()),
+        )
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S(first_id))
+        .send()
+        .await
+        .unwrap();
+    // WHEN the provider redelivers once more
+    let third = send(&app, signed(&body)).await;
+    assert_eq!((third.status, third.replayed), (200, true));
+    // THEN that delivery stores the body itself rather than point at the one that went missing
+    let items = log_items(&store, "pay_big").await;
+    assert_eq!(items.len(), 2);
+    assert!(
+        items[1].contains_key("body_z"),
+        "the newest stores its own body"
+    );
+}

@@ -32,18 +32,37 @@ fn partition_of(d: &Delivery) -> String {
 /// a third, and every KB saved is a write unit saved.
 const COMPRESS_FROM_BYTES: usize = 512;
 
-/// The body attribute of a delivery: deflated bytes when that is worth it, else the text.
-fn body_attribute(body: &str) -> (&'static str, AttributeValue) {
-    if body.len() >= COMPRESS_FROM_BYTES {
-        let z = miniz_oxide::deflate::compress_to_vec(body.as_bytes(), 6);
-        if z.len() * 10 < body.len() * 9 {
-            return (
+/// A redelivery whose deflated body is at least this long points at an earlier delivery of
+/// the same event holding the same bytes, instead of storing them again: below it, the two
+/// small reads that find the earlier body cost about what they save.
+const SHARE_FROM_BYTES: usize = 2_048;
+
+/// The body as stored: deflated bytes when that is worth it, else the text.
+enum StoredBody {
+    Deflated(Vec<u8>),
+    Text(String),
+}
+
+impl StoredBody {
+    fn of(body: &str) -> Self {
+        if body.len() >= COMPRESS_FROM_BYTES {
+            let z = miniz_oxide::deflate::compress_to_vec(body.as_bytes(), 6);
+            if z.len() * 10 < body.len() * 9 {
+                return StoredBody::Deflated(z);
+            }
+        }
+        StoredBody::Text(body.to_owned())
+    }
+
+    fn attribute(self) -> (&'static str, AttributeValue) {
+        match self {
+            StoredBody::Deflated(z) => (
                 "body_z",
                 AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(z)),
-            );
+            ),
+            StoredBody::Text(t) => ("raw_body", s(t)),
         }
     }
-    ("raw_body", s(body))
 }
 
 /// The stored body, if the item carries one.
@@ -259,6 +278,76 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// An earlier delivery of `d`'s event, in `d`'s partition, whose stored body is `z` byte for
+    /// byte, and when it expires. Found through `by_event` (this event's deliveries, oldest
+    /// first, listing fields only) and one read of a candidate's body. `None` when none is
+    /// visible yet (the index is eventually consistent): the body is then stored again, never
+    /// lost.
+    async fn same_body(&self, d: &Delivery, z: &[u8]) -> Result<Option<(String, i64)>, StoreError> {
+        let table = &self.tables.events;
+        let pk = partition_of(d);
+        let listed = self
+            .client
+            .query()
+            .table_name(table)
+            .index_name("by_event")
+            .key_condition_expression("event_key = :e")
+            .expression_attribute_values(":e", s(format!("{}#{}", d.provider, d.event_id)))
+            .limit(8)
+            .send()
+            .await
+            .map_err(|e| unavailable("Query", table, e))?;
+        let candidates = listed
+            .items()
+            .iter()
+            .filter(|i| Reader::new(i, table).opt_str("pk") == Some(pk.as_str()))
+            .filter_map(|i| Reader::new(i, table).opt_str("sk").map(str::to_owned));
+        // The first candidate holding a body decides: the oldest delivery stored it.
+        for sk in candidates.take(2) {
+            let out = self
+                .client
+                .get_item()
+                .table_name(table)
+                .key("pk", s(pk.as_str()))
+                .key("sk", s(sk.as_str()))
+                .projection_expression("body_z, expires_at_s")
+                .send()
+                .await
+                .map_err(|e| unavailable("GetItem", table, e))?;
+            let Some(item) = out.item else { continue };
+            let Some(AttributeValue::B(held)) = item.get("body_z") else {
+                continue;
+            };
+            if held.as_ref() != z {
+                return Ok(None);
+            }
+            let expires_s = Reader::new(&item, table).num("expires_at_s")?;
+            return Ok(Some((sk, expires_s)));
+        }
+        Ok(None)
+    }
+
+    /// The body of the delivery `holder` in `d`'s partition, which `d` points at.
+    async fn body_held_by(&self, d: &Delivery, holder: &str) -> Result<Option<String>, StoreError> {
+        let table = &self.tables.events;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(partition_of(d)))
+            .key("sk", s(holder))
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        match out.item {
+            Some(item) => body_of(&item, &Reader::new(&item, table)),
+            // The holder expired first (TTL deletes lag): the body is gone with it.
+            None => Ok(None),
+        }
+    }
+}
+
 impl EventLog for DynamoStore {
     async fn append(&self, d: &Delivery) -> Result<(), StoreError> {
         let table = &self.tables.events;
@@ -280,22 +369,33 @@ impl EventLog for DynamoStore {
             .item("outcome", s(d.outcome.as_str()))
             .item("http_status", n(i64::from(d.http_status)))
             .item("received_at_ms", n(d.received_at_ms))
-            .item(
-                "expires_at_s",
-                n(expires_at_s(
-                    d.received_at_ms,
-                    self.settings.log_retention_s,
-                )),
-            )
             // Append-only: a delivery id is written once.
             .condition_expression("attribute_not_exists(sk)");
         if d.outcome.needs_attention() {
             put = put.item("outcome_bucket", s(format!("{}#{day}#{shard}", d.outcome)));
         }
-        if let Some(body) = &d.raw_body {
-            let (name, value) = body_attribute(body);
-            put = put.item(name, value);
+        let mut expires_s = expires_at_s(d.received_at_ms, self.settings.log_retention_s);
+        match d.raw_body.as_deref().map(StoredBody::of) {
+            // A redelivery of a large body: point at an earlier delivery holding the same bytes,
+            // and expire with it, so the pointer never outlives the body.
+            Some(StoredBody::Deflated(z))
+                if d.outcome == Outcome::Replayed && z.len() >= SHARE_FROM_BYTES =>
+            {
+                match self.same_body(d, &z).await? {
+                    Some((holder, holder_expires_s)) => {
+                        put = put.item("body_in", s(holder));
+                        expires_s = expires_s.min(holder_expires_s);
+                    }
+                    None => put = put.item("body_z", StoredBody::Deflated(z).attribute().1),
+                }
+            }
+            Some(body) => {
+                let (name, value) = body.attribute();
+                put = put.item(name, value);
+            }
+            None => {}
         }
+        put = put.item("expires_at_s", n(expires_s));
         for (name, value) in [
             ("key", d.key.as_ref().map(|k| k.to_string())),
             ("reference", d.reference.as_ref().map(|r| r.to_string())),
@@ -443,7 +543,11 @@ impl EventLog for DynamoStore {
             key: d.id.clone(),
             reason: "listed in an index but gone from the table (expired?)".into(),
         })?;
-        to_delivery(&item, table)
+        let mut full = to_delivery(&item, table)?;
+        if let Some(holder) = Reader::new(&item, table).opt_str("body_in") {
+            full.raw_body = self.body_held_by(d, holder).await?;
+        }
+        Ok(full)
     }
 
     async fn cursor(&self, name: &str) -> Result<Option<String>, StoreError> {

@@ -27,7 +27,7 @@ use crate::domain::{now_ms, AccountId, ProviderId};
 use crate::dynamodb::capacity::{CapacityRecorder, Costed, Totals};
 use crate::dynamodb::{DynamoStore, TableNames};
 use crate::http::App;
-use crate::ledger::Ledger;
+use crate::ledger::{Layout, Ledger};
 
 /// On-demand prices assumed (us-east-1, from November 2024): per million write / read request
 /// units. A GSI write is a write request unit like any other.
@@ -301,8 +301,47 @@ pub async fn scenario(
     dup_share: f64,
     count: usize,
 ) -> Result<Scenario, CliError> {
+    let (all, keys) = drive_workload(model, name, accounts, dup_share, count).await?;
+    let n = count.max(1) as f64;
+    let totals = Totals::of(&all);
+    let layout = model.store.layout().await?;
+    let mut hottest: Vec<HotKey> = family_loads(keys)
+        .into_iter()
+        .map(|((target, key), load)| hot_key(target, key, load, &layout, accounts, n, rate))
+        .collect();
+    hottest.sort_by(|a, b| b.write_units_per_s.total_cmp(&a.write_units_per_s));
+    let within_key_limit = hottest
+        .first()
+        .is_none_or(|h| h.write_units_per_s <= KEY_WRITE_LIMIT);
+    hottest.truncate(10);
+    let (w, r) = (totals.write_units / n, totals.read_units / n);
+    Ok(Scenario {
+        name: name.into(),
+        deliveries_per_s: rate,
+        deliveries: count,
+        write_units_per_delivery: w,
+        read_units_per_delivery: r,
+        hottest,
+        within_key_limit,
+        usd_per_million_deliveries: w * USD_PER_MILLION_WRITES + r * USD_PER_MILLION_READS,
+    })
+}
+
+/// Write units summed per `(target, key)`, for the keys that belong to a sharded family.
+type KeyUnits = BTreeMap<(String, String), f64>;
+
+/// Sends the scenario's deliveries one at a time (the recorder reads item images around each
+/// write), redelivering earlier bodies at `dup_share` so duplicates cost what they really cost.
+/// Returns every costed request and the write units landing on shared (sharded) keys.
+async fn drive_workload(
+    model: &mut Model,
+    name: &str,
+    accounts: usize,
+    dup_share: f64,
+    count: usize,
+) -> Result<(Vec<Costed>, KeyUnits), CliError> {
     let mut sent: Vec<String> = Vec::new();
-    let mut keys: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let mut keys: KeyUnits = BTreeMap::new();
     let mut all = Vec::new();
     for i in 0..count {
         let redeliver = !sent.is_empty() && model.rng.chance(dup_share);
@@ -326,11 +365,14 @@ pub async fn scenario(
             sent.push(b);
         }
     }
-    let n = count.max(1) as f64;
-    let totals = Totals::of(&all);
-    let layout = model.store.layout().await?;
-    // Families: the load of all shards of a key, spread evenly over the family's shards (and,
-    // for an account's ledger shards, over the scenario's accounts).
+    Ok((all, keys))
+}
+
+/// Folds sampled keys into their families, as `(total units, busiest member's units)`: a
+/// family's shards are picked by hash, so only the family's total predicts a key's load.
+/// An account's ledger shards all fold into one `{account}` family, since the sample's
+/// accounts are interchangeable.
+fn family_loads(keys: KeyUnits) -> BTreeMap<(String, String), (f64, f64)> {
     let mut families: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
     for ((target, key), units) in keys {
         let (family, _) = shard_of(&key).unwrap_or((key.as_str(), 0));
@@ -343,50 +385,39 @@ pub async fn scenario(
         entry.0 += units;
         entry.1 = entry.1.max(units);
     }
-    let mut hottest: Vec<HotKey> = families
-        .into_iter()
-        .map(|((target, key), (units, max))| {
-            let shards = if target == "ledger" {
-                layout.ledger_shards
-            } else {
-                layout.index_shards
-            };
-            let spread = f64::from(shards.max(1))
-                * if target == "ledger" {
-                    accounts.max(1) as f64
-                } else {
-                    1.0
-                };
-            HotKey {
-                keys_in_family: (spread as u64).max(1),
-                write_units_per_s: units / n * rate / spread,
-                sampled_max_per_s: max / n * rate
-                    / if target == "ledger" {
-                        accounts.max(1) as f64
-                    } else {
-                        1.0
-                    },
-                target,
-                key,
-            }
-        })
-        .collect();
-    hottest.sort_by(|a, b| b.write_units_per_s.total_cmp(&a.write_units_per_s));
-    let within_key_limit = hottest
-        .first()
-        .is_none_or(|h| h.write_units_per_s <= KEY_WRITE_LIMIT);
-    hottest.truncate(10);
-    let (w, r) = (totals.write_units / n, totals.read_units / n);
-    Ok(Scenario {
-        name: name.into(),
-        deliveries_per_s: rate,
-        deliveries: count,
-        write_units_per_delivery: w,
-        read_units_per_delivery: r,
-        hottest,
-        within_key_limit,
-        usd_per_million_deliveries: w * USD_PER_MILLION_WRITES + r * USD_PER_MILLION_READS,
-    })
+    families
+}
+
+/// Scales a family's sampled load to `rate` deliveries/s per key: the load of all shards of a
+/// key, spread evenly over the family's shards (and, for an account's ledger shards, over the
+/// scenario's accounts), since that spread is what the hash gives at full rate.
+fn hot_key(
+    target: String,
+    key: String,
+    (units, max): (f64, f64),
+    layout: &Layout,
+    accounts: usize,
+    n: f64,
+    rate: f64,
+) -> HotKey {
+    let shards = if target == "ledger" {
+        layout.ledger_shards
+    } else {
+        layout.index_shards
+    };
+    let per_account = if target == "ledger" {
+        accounts.max(1) as f64
+    } else {
+        1.0
+    };
+    let spread = f64::from(shards.max(1)) * per_account;
+    HotKey {
+        keys_in_family: (spread as u64).max(1),
+        write_units_per_s: units / n * rate / spread,
+        sampled_max_per_s: max / n * rate / per_account,
+        target,
+        key,
+    }
 }
 
 /// Posts `entries` credits to one account (timed ten minutes ago, as a busy day's history is)

@@ -29,6 +29,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::Output;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use serde::Serialize;
 
@@ -245,6 +246,27 @@ impl CapacityRecorder {
             .collect()
     }
 
+    /// Costs a finished write from its item's images before and after, since DynamoDB bills the
+    /// larger of the two and each index either belongs to.
+    fn record_write(&self, p: Pending, failed: bool) {
+        let new = match (&p.put, failed, p.operation) {
+            // A failed write (a refused condition) changed nothing: the item is as it was.
+            (_, true, _) => p.old.clone(),
+            (Some(item), false, _) => Some(item.clone()),
+            (None, false, "DeleteItem") => None,
+            // An update's result is only in the table: read it back.
+            (None, false, _) => self.read_image(&p.table, &p.key),
+        };
+        let (write_units, keys) = write_cost(&p.def, p.old.as_ref(), new.as_ref(), failed);
+        self.record(Costed {
+            table: p.def.role.into(),
+            operation: p.operation,
+            write_units,
+            read_units: 0.0,
+            keys,
+        });
+    }
+
     fn record(&self, c: Costed) {
         if let Ok(mut l) = self.log.lock() {
             l.push(c);
@@ -316,54 +338,11 @@ impl Intercept for CapacityRecorder {
             return Ok(());
         };
         if let Some(p) = cfg.load::<Pending>().cloned() {
-            let failed = out.is_err();
-            let new = match (&p.put, failed, p.operation) {
-                (_, true, _) => p.old.clone(),
-                (Some(item), false, _) => Some(item.clone()),
-                (None, false, "DeleteItem") => None,
-                (None, false, _) => self.read_image(&p.table, &p.key),
-            };
-            let (write_units, keys) = write_cost(&p.def, p.old.as_ref(), new.as_ref(), failed);
-            self.record(Costed {
-                table: p.def.role.into(),
-                operation: p.operation,
-                write_units,
-                read_units: 0.0,
-                keys,
-            });
+            self.record_write(p, out.is_err());
             return Ok(());
         }
         let Ok(output) = out else { return Ok(()) };
-        let (table, operation, read_units) = if let Some(g) = output.downcast_ref::<GetItemOutput>()
-        {
-            let input = ctx.input().and_then(|i| i.downcast_ref::<GetItemInput>());
-            let consistent = input
-                .and_then(GetItemInput::consistent_read)
-                .unwrap_or(false);
-            let bytes = g.item().map_or(0, item_size);
-            let table = input
-                .and_then(GetItemInput::table_name)
-                .unwrap_or_default()
-                .to_owned();
-            (
-                table,
-                "GetItem",
-                units(bytes, 4096) / if consistent { 1.0 } else { 2.0 },
-            )
-        } else if let Some(q) = output.downcast_ref::<QueryOutput>() {
-            let input = ctx.input().and_then(|i| i.downcast_ref::<QueryInput>());
-            let consistent = input.and_then(QueryInput::consistent_read).unwrap_or(false);
-            let bytes: usize = q.items().iter().map(item_size).sum();
-            let table = input
-                .and_then(QueryInput::table_name)
-                .unwrap_or_default()
-                .to_owned();
-            (
-                table,
-                "Query",
-                units(bytes, 4096) / if consistent { 1.0 } else { 2.0 },
-            )
-        } else {
+        let Some((table, operation, read_units)) = read_cost(ctx, output) else {
             return Ok(());
         };
         let role = self.def_of(&table).map_or("other", |d| d.role);
@@ -375,6 +354,45 @@ impl Intercept for CapacityRecorder {
             keys: Vec::new(),
         });
         Ok(())
+    }
+}
+
+/// A read's table, operation and read units, from its answer: billed by the bytes it returned,
+/// which only the output knows; `None` for anything but `GetItem` and `Query`.
+fn read_cost(
+    ctx: &FinalizerInterceptorContextRef<'_>,
+    output: &Output,
+) -> Option<(String, &'static str, f64)> {
+    if let Some(g) = output.downcast_ref::<GetItemOutput>() {
+        let input = ctx.input().and_then(|i| i.downcast_ref::<GetItemInput>());
+        let consistent = input
+            .and_then(GetItemInput::consistent_read)
+            .unwrap_or(false);
+        let bytes = g.item().map_or(0, item_size);
+        let table = input
+            .and_then(GetItemInput::table_name)
+            .unwrap_or_default()
+            .to_owned();
+        Some((
+            table,
+            "GetItem",
+            units(bytes, 4096) / if consistent { 1.0 } else { 2.0 },
+        ))
+    } else if let Some(q) = output.downcast_ref::<QueryOutput>() {
+        let input = ctx.input().and_then(|i| i.downcast_ref::<QueryInput>());
+        let consistent = input.and_then(QueryInput::consistent_read).unwrap_or(false);
+        let bytes: usize = q.items().iter().map(item_size).sum();
+        let table = input
+            .and_then(QueryInput::table_name)
+            .unwrap_or_default()
+            .to_owned();
+        Some((
+            table,
+            "Query",
+            units(bytes, 4096) / if consistent { 1.0 } else { 2.0 },
+        ))
+    } else {
+        None
     }
 }
 

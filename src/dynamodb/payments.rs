@@ -142,7 +142,81 @@ fn status_in(
     (update, format!("#status IN ({})", names.join(", ")))
 }
 
+/// The update and condition of a state move. A payment may first be heard of by a state event,
+/// so the SETs create what a registration would (`if_not_exists`), and the condition admits a
+/// missing item as well as the transition's sources.
+fn state_move_expressions(
+    to: PaymentStatus,
+    sources: &str,
+    money_conds: Vec<&'static str>,
+    money_sets: Vec<&'static str>,
+) -> (String, String) {
+    // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
+    let open = if to == PaymentStatus::Processing {
+        "SET #open = :openv"
+    } else {
+        "REMOVE #open"
+    };
+    let mut sets = vec![
+        "#status = :to",
+        "provider = :prov",
+        "#reference = :ref",
+        "refunded_minor = if_not_exists(refunded_minor, :zero)",
+        "refundable_minor = if_not_exists(refundable_minor, :zero)",
+        "created_at_ms = if_not_exists(created_at_ms, :now)",
+        "updated_at_ms = :now",
+        "history = list_append(if_not_exists(history, :empty), :h)",
+    ];
+    sets.extend(money_sets);
+    let mut conds = vec![format!("(attribute_not_exists(pk) OR {sources})")];
+    conds.extend(money_conds.into_iter().map(str::to_owned));
+    let (set_open, remove_open) = match open.strip_prefix("SET ") {
+        Some(set) => (format!(", {set}"), String::new()),
+        None => (String::new(), format!(" {open}")),
+    };
+    (
+        format!("SET {}{set_open}{remove_open}", sets.join(", ")),
+        conds.join(" AND "),
+    )
+}
+
+/// The answer to a registration refused because the payment exists: a repeat of the same
+/// expectation is `Exists`; other account or money is a `Mismatch`, never an overwrite, since
+/// what a payment is expected to be is set once.
+fn already_registered(
+    existing: Option<PaymentRecord>,
+    expected: &ExpectedPayment,
+    table: &str,
+) -> Result<RegisterOutcome, StoreError> {
+    let Some(existing) = existing else {
+        return Err(StoreError::Corrupt {
+            table: table.to_owned(),
+            key: expected.reference.to_string(),
+            reason: "condition failed on a missing item".into(),
+        });
+    };
+    Ok(
+        match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
+            Some(m) => RegisterOutcome::Mismatch(m, existing),
+            None => RegisterOutcome::Exists(existing),
+        },
+    )
+}
+
 impl DynamoStore {
+    /// The payment a registration just created, read back so the caller gets the record as
+    /// stored (with its defaults and history), the same shape every other answer carries.
+    async fn registered(&self, expected: &ExpectedPayment) -> Result<RegisterOutcome, StoreError> {
+        self.read_payment(expected.provider, &expected.reference)
+            .await?
+            .map(RegisterOutcome::Created)
+            .ok_or_else(|| StoreError::Corrupt {
+                table: self.tables.payments.clone(),
+                key: expected.reference.to_string(),
+                reason: "registered payment vanished".into(),
+            })
+    }
+
     /// The `open` index key of a PENDING/PROCESSING payment: `{status}#{shard}`, the shard from
     /// the payment's key, so no index key is shared by every open payment.
     async fn open_key(
@@ -409,38 +483,17 @@ impl Payments for DynamoStore {
             .send()
             .await;
         let existing = match result {
-            Ok(_) => {
-                return self
-                    .read_payment(expected.provider, &expected.reference)
-                    .await?
-                    .map(RegisterOutcome::Created)
-                    .ok_or_else(|| StoreError::Corrupt {
-                        table: table.clone(),
-                        key: expected.reference.to_string(),
-                        reason: "registered payment vanished".into(),
-                    });
-            }
+            Ok(_) => return self.registered(expected).await,
             Err(e) => match condition_failed(e, "PutItem", table)? {
                 Some(old) => Some(to_record(&old, table)?),
+                // No old image came back with the refusal: read the payment that refused it.
                 None => {
                     self.read_payment(expected.provider, &expected.reference)
                         .await?
                 }
             },
         };
-        let Some(existing) = existing else {
-            return Err(StoreError::Corrupt {
-                table: table.clone(),
-                key: expected.reference.to_string(),
-                reason: "condition failed on a missing item".into(),
-            });
-        };
-        Ok(
-            match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
-                Some(m) => RegisterOutcome::Mismatch(m, existing),
-                None => RegisterOutcome::Exists(existing),
-            },
-        )
+        already_registered(existing, expected, table)
     }
 
     async fn mark_paid(
@@ -476,32 +529,11 @@ impl Payments for DynamoStore {
         let (update, money_conds, money_sets) =
             money_guard(update, facts.account.as_ref(), facts.money.as_ref());
         let (update, sources) = status_in(update, to.sources_of());
-        // PROCESSING stays open for reconciliation; FAILED is terminal and leaves the index.
-        let open = if to == PaymentStatus::Processing {
-            "SET #open = :openv"
-        } else {
-            "REMOVE #open"
-        };
-        let mut sets = vec![
-            "#status = :to",
-            "provider = :prov",
-            "#reference = :ref",
-            "refunded_minor = if_not_exists(refunded_minor, :zero)",
-            "refundable_minor = if_not_exists(refundable_minor, :zero)",
-            "created_at_ms = if_not_exists(created_at_ms, :now)",
-            "updated_at_ms = :now",
-            "history = list_append(if_not_exists(history, :empty), :h)",
-        ];
-        sets.extend(money_sets);
-        let mut conds = vec![format!("(attribute_not_exists(pk) OR {sources})")];
-        conds.extend(money_conds.into_iter().map(str::to_owned));
-        let (set_open, remove_open) = match open.strip_prefix("SET ") {
-            Some(set) => (format!(", {set}"), String::new()),
-            None => (String::new(), format!(" {open}")),
-        };
+        let (update_expression, condition_expression) =
+            state_move_expressions(to, &sources, money_conds, money_sets);
         let update = update
-            .update_expression(format!("SET {}{set_open}{remove_open}", sets.join(", ")))
-            .condition_expression(conds.join(" AND "))
+            .update_expression(update_expression)
+            .condition_expression(condition_expression)
             .expression_attribute_names("#open", "open")
             .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":to", s(to.as_str()))

@@ -275,9 +275,36 @@ pub const MAX_WINDOW_MS: i64 = 7 * 86_400_000;
 
 /// Parses the query string of `GET /deliveries` into the query [`read::deliveries`] runs.
 pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (String, String)> {
+    let params = delivery_params(raw)?;
+    let filter = log_filter(&params)?;
+    let limit = match params.get("limit") {
+        None => read::DEFAULT_PAGE,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
+    };
+    if filter.reference.is_none() && filter.event_id.is_none() {
+        check_window(&filter, now_ms)?;
+    }
+    Ok(DeliveryQuery {
+        filter,
+        limit,
+        cursor: params.get("cursor").cloned(),
+        with_bodies: false,
+    })
+}
+
+/// A refusal of one parameter: the field, and why (the 400's message).
+fn bad(field: &str, why: String) -> (String, String) {
+    (field.to_owned(), why)
+}
+
+/// The query's parameters by name, refusing unknown and repeated ones: a typo or a repeat
+/// would otherwise silently widen or change the listing.
+fn delivery_params(raw: Option<&str>) -> Result<BTreeMap<&'static str, String>, (String, String)> {
     let pairs: Vec<(String, String)> =
         serde_urlencoded_pairs(raw.unwrap_or("")).map_err(|m| ("query".to_owned(), m))?;
-    let mut params: BTreeMap<&str, String> = BTreeMap::new();
+    let mut params: BTreeMap<&'static str, String> = BTreeMap::new();
     for (k, v) in &pairs {
         let Some(name) = DELIVERY_PARAMS.iter().find(|p| **p == k.as_str()) else {
             return Err((
@@ -292,7 +319,12 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
             return Err((k.clone(), format!("{k} given twice")));
         }
     }
-    let bad = |field: &str, why: String| (field.to_owned(), why);
+    Ok(params)
+}
+
+/// The filter the parameters name, each value parsed into its domain type here, so a bad
+/// value is a 400 naming its field rather than an empty listing.
+fn log_filter(params: &BTreeMap<&'static str, String>) -> Result<LogFilter, (String, String)> {
     let int = |field: &'static str| -> Result<Option<i64>, (String, String)> {
         params
             .get(field)
@@ -302,7 +334,7 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
             })
             .transpose()
     };
-    let filter = LogFilter {
+    Ok(LogFilter {
         provider: params
             .get("provider")
             .map(|p| {
@@ -323,36 +355,28 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
             .transpose()?,
         since_ms: int("since_ms")?,
         until_ms: int("until_ms")?,
-    };
-    let limit = match params.get("limit") {
-        None => read::DEFAULT_PAGE,
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
-    };
-    if filter.reference.is_none() && filter.event_id.is_none() {
-        let Some(since) = filter.since_ms else {
-            return Err(bad(
-                "since_ms",
-                "since_ms is required unless reference or event_id is given".to_owned(),
-            ));
-        };
-        if filter.until_ms.unwrap_or(now_ms).saturating_sub(since) > MAX_WINDOW_MS {
-            return Err(bad(
-                "since_ms",
-                format!(
-                    "a listing by time or outcome spans at most {} days: set until_ms, or page through older windows",
-                    MAX_WINDOW_MS / 86_400_000
-                ),
-            ));
-        }
-    }
-    Ok(DeliveryQuery {
-        filter,
-        limit,
-        cursor: params.get("cursor").cloned(),
-        with_bodies: false,
     })
+}
+
+/// A listing by time or outcome reads every index shard of every day it spans, so it must
+/// name its window and keep it within [`MAX_WINDOW_MS`] (an open `until_ms` ends at `now_ms`).
+fn check_window(filter: &LogFilter, now_ms: i64) -> Result<(), (String, String)> {
+    let Some(since) = filter.since_ms else {
+        return Err(bad(
+            "since_ms",
+            "since_ms is required unless reference or event_id is given".to_owned(),
+        ));
+    };
+    if filter.until_ms.unwrap_or(now_ms).saturating_sub(since) > MAX_WINDOW_MS {
+        return Err(bad(
+            "since_ms",
+            format!(
+                "a listing by time or outcome spans at most {} days: set until_ms, or page through older windows",
+                MAX_WINDOW_MS / 86_400_000
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `application/x-www-form-urlencoded` pairs, in order (repeats kept, so they can be refused).

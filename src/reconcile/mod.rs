@@ -21,14 +21,15 @@
 pub mod api;
 pub mod invoke;
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::Serialize;
 
 use crate::domain::{
-    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentStatus, ProviderId,
-    StateFacts,
+    now_ms, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, PaymentFacts, PaymentStatus,
+    ProviderId, StateFacts,
 };
 use crate::eventlog::{Delivery, LogFilter, Outcome};
 use crate::payments::PaymentRecord;
@@ -312,40 +313,8 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 }
                 if d.replay_of.is_none() && d.redriven.is_none() {
                     handled += 1;
-                    let finding = Finding::new(
-                        "failed_delivery",
-                        d.provider,
-                        d.id.clone(),
-                        d.event_id.clone(),
-                    );
-                    match redrive(
-                        self.pipeline,
-                        self.providers,
-                        &d,
-                        "reconcile",
-                        self.settings.lease_ms,
-                    )
-                    .await
-                    {
-                        Ok(answer) => {
-                            store.mark_redriven(&d, answer.outcome).await?;
-                            report.file(Ok(answer), finding);
-                        }
-                        // The store is still failing: stop here, the next pass resumes.
-                        Err(ReplayError::Pipeline(e)) => {
-                            report.file(Err(e.to_string()), finding);
-                            break 'pages;
-                        }
-                        Err(e) => {
-                            store.mark_redriven(&d, Outcome::Failed).await?;
-                            let mut f = finding;
-                            f.reason = Some(e.to_string());
-                            f.resolve = Some(format!(
-                                "payhook events --event-id {} --format json",
-                                d.event_id
-                            ));
-                            report.needs_human.push(f);
-                        }
+                    if self.redrive_failed(&d, report).await?.is_break() {
+                        break 'pages;
                     }
                 }
                 after = d.id.clone();
@@ -355,6 +324,54 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         Ok(())
     }
 
+    /// Re-drives one failed delivery and marks it with the re-drive's outcome, so no later pass
+    /// repeats finished work. `Break` when the store is still failing: the delivery is left
+    /// unmarked and the cursor before it, so the next pass starts from it.
+    async fn redrive_failed(
+        &self,
+        d: &Delivery,
+        report: &mut Report,
+    ) -> Result<ControlFlow<()>, StoreError> {
+        let store = self.pipeline.store();
+        let finding = Finding::new(
+            "failed_delivery",
+            d.provider,
+            d.id.clone(),
+            d.event_id.clone(),
+        );
+        match redrive(
+            self.pipeline,
+            self.providers,
+            d,
+            "reconcile",
+            self.settings.lease_ms,
+        )
+        .await
+        {
+            Ok(answer) => {
+                store.mark_redriven(d, answer.outcome).await?;
+                report.file(Ok(answer), finding);
+            }
+            // The store is still failing: stop here, the next pass resumes.
+            Err(ReplayError::Pipeline(e)) => {
+                report.file(Err(e.to_string()), finding);
+                return Ok(ControlFlow::Break(()));
+            }
+            // Any other failure: marked failed so passes move past it, and handed to a human.
+            Err(e) => {
+                store.mark_redriven(d, Outcome::Failed).await?;
+                let mut f = finding;
+                f.reason = Some(e.to_string());
+                f.resolve = Some(format!(
+                    "payhook events --event-id {} --format json",
+                    d.event_id
+                ));
+                report.needs_human.push(f);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
     /// Parked refunds (their payment was not PAID when they came): one re-drive per key once the
     /// payment is PAID, which marks every parked delivery of that key.
     async fn redrive_parked_refunds(
@@ -362,6 +379,52 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         report: &mut Report,
         budget: Budget,
     ) -> Result<(), StoreError> {
+        let store = self.pipeline.store();
+        for (key, deliveries) in self.parked_refunds_by_key().await? {
+            if budget.spent() {
+                report.deferred.push("parked_refunds");
+                break;
+            }
+            let Some(newest) = deliveries.last() else {
+                continue;
+            };
+            let finding = Finding::new(
+                "parked_refund",
+                newest.provider,
+                key.to_string(),
+                newest.event_id.clone(),
+            );
+            if !self.refund_payment_is_paid(newest).await? {
+                report.waiting.push(finding);
+                continue;
+            }
+            match redrive(
+                self.pipeline,
+                self.providers,
+                newest,
+                "reconcile",
+                self.settings.lease_ms,
+            )
+            .await
+            {
+                Ok(answer) => {
+                    for d in &deliveries {
+                        store.mark_redriven(d, answer.outcome).await?;
+                    }
+                    report.file(Ok(answer), finding);
+                }
+                Err(e) => report.file(Err(e.to_string()), finding),
+            }
+        }
+        Ok(())
+    }
+
+    /// The parked refunds not yet re-driven within the window (about `max_items`, whole pages),
+    /// grouped by key, oldest first: a key can be parked by several deliveries (redeliveries),
+    /// and one re-drive settles them all.
+    async fn parked_refunds_by_key(
+        &self,
+    ) -> Result<Vec<(IdempotencyKey, Vec<Delivery>)>, StoreError> {
         let store = self.pipeline.store();
         let filter = LogFilter {
             outcome: Some(Outcome::Parked),
@@ -388,56 +451,28 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 None => keys.push((key, vec![d])),
             }
         }
-        for (key, deliveries) in keys {
-            if budget.spent() {
-                report.deferred.push("parked_refunds");
-                break;
-            }
-            let Some(newest) = deliveries.last() else {
-                continue;
-            };
-            let finding = Finding::new(
-                "parked_refund",
-                newest.provider,
-                key.to_string(),
-                newest.event_id.clone(),
-            );
-            let paid = match (
-                newest.reference.as_ref(),
-                store
-                    .with_body(newest)
-                    .await
-                    .map(|d| event_of(self.providers, &d)),
-            ) {
-                (Some(r), Ok(Ok(_))) => store
-                    .payment(newest.provider, r)
-                    .await?
-                    .is_some_and(|p| p.status.is_paid()),
-                _ => false,
-            };
-            if !paid {
-                report.waiting.push(finding);
-                continue;
-            }
-            match redrive(
-                self.pipeline,
-                self.providers,
-                newest,
-                "reconcile",
-                self.settings.lease_ms,
-            )
-            .await
-            {
-                Ok(answer) => {
-                    for d in &deliveries {
-                        store.mark_redriven(d, answer.outcome).await?;
-                    }
-                    report.file(Ok(answer), finding);
-                }
-                Err(e) => report.file(Err(e.to_string()), finding),
-            }
-        }
-        Ok(())
+        Ok(keys)
+    }
+
+    /// Whether a parked refund's payment is PAID now, so a re-drive would apply rather than park
+    /// again. A delivery without a reference, or whose body cannot be read or no longer maps,
+    /// counts as not paid: it is reported waiting and looked at again next pass.
+    async fn refund_payment_is_paid(&self, newest: &Delivery) -> Result<bool, StoreError> {
+        let store = self.pipeline.store();
+        let paid = match (
+            newest.reference.as_ref(),
+            store
+                .with_body(newest)
+                .await
+                .map(|d| event_of(self.providers, &d)),
+        ) {
+            (Some(r), Ok(Ok(_))) => store
+                .payment(newest.provider, r)
+                .await?
+                .is_some_and(|p| p.status.is_paid()),
+            _ => false,
+        };
+        Ok(paid)
     }
 
     async fn ask_about_open_payments(
@@ -513,28 +548,22 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
             }
         };
         let kind = match &truth {
-            ProviderTruth::Succeeded(facts) => {
-                let mut facts = facts.clone();
-                facts.account = facts.account.or_else(|| p.account.clone());
-                finding.provider_answer = Some(serde_json::json!({
-                    "status": "succeeded", "amount": facts.money.amount.get(), "currency": facts.money.currency,
-                }));
-                EventKind::PaymentSucceeded(facts)
-            }
-            ProviderTruth::Failed { status } => {
-                finding.provider_answer = Some(serde_json::json!({ "status": status }));
-                EventKind::PaymentState {
-                    facts: StateFacts {
-                        reference: p.reference.clone(),
-                        account: None,
-                        money: None,
-                    },
-                    to: PaymentStatus::Failed,
-                }
-            }
+            ProviderTruth::Succeeded(facts) => succeeded_kind(p, facts, &mut finding),
+            ProviderTruth::Failed { status } => failed_kind(p, status, &mut finding),
             ProviderTruth::NotFinal { status } => return self.not_final(p, finding, status).await,
             ProviderTruth::NotFound => return self.not_final(p, finding, "not found").await,
         };
+        let answer = self.apply_provider_answer(p, kind).await;
+        (answer, finding, Bucket::Pipeline)
+    }
+
+    /// Applies the provider's final word through the same pipeline as the webhook carrying the
+    /// same news, so the same keys and state checks hold: the two can never both apply it.
+    async fn apply_provider_answer(
+        &self,
+        p: &PaymentRecord,
+        kind: EventKind,
+    ) -> Result<Answer, String> {
         let event = NormalisedEvent {
             provider: p.provider,
             event_id: format!("reconcile:{}", p.reference),
@@ -545,8 +574,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         let body =
             serde_json::json!({ "reconciled": p.reference.as_str(), "provider": p.provider })
                 .to_string();
-        let answer = self.process(&event, &body).await;
-        (answer, finding, Bucket::Pipeline)
+        self.process(&event, &body).await
     }
 
     /// The provider has no final word yet: ask again next pass, unless the payment has been
@@ -583,6 +611,31 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 (Err(String::new()), finding, Bucket::StillUnknown)
             }
         }
+    }
+}
+
+/// The success the provider reports, as its webhook would carry it. The provider's API may not
+/// name the account; the payment's stored one is kept then, so the credit still lands.
+fn succeeded_kind(p: &PaymentRecord, facts: &PaymentFacts, finding: &mut Finding) -> EventKind {
+    let mut facts = facts.clone();
+    facts.account = facts.account.or_else(|| p.account.clone());
+    finding.provider_answer = Some(serde_json::json!({
+        "status": "succeeded", "amount": facts.money.amount.get(), "currency": facts.money.currency,
+    }));
+    EventKind::PaymentSucceeded(facts)
+}
+
+/// A status the provider documents as final without payment: the payment moves to FAILED.
+/// The API's answer is only a status, so the state change names no account or money.
+fn failed_kind(p: &PaymentRecord, status: &str, finding: &mut Finding) -> EventKind {
+    finding.provider_answer = Some(serde_json::json!({ "status": status }));
+    EventKind::PaymentState {
+        facts: StateFacts {
+            reference: p.reference.clone(),
+            account: None,
+            money: None,
+        },
+        to: PaymentStatus::Failed,
     }
 }
 

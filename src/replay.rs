@@ -31,6 +31,18 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
+impl ReplayError {
+    /// The store did not answer (in the pipeline or reading the stored delivery): trying again
+    /// later can succeed. Everything else needs a person (a body gone or unmappable, a provider
+    /// not configured here).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ReplayError::Pipeline(_) | ReplayError::Store(StoreError::Unavailable { .. })
+        )
+    }
+}
+
 /// Rebuilds the normalised event of a stored delivery (read with its body).
 pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, ReplayError> {
     let body = d
@@ -219,4 +231,27 @@ pub async fn replay<S: Store>(
         progress(done, total);
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unanswering_store_is_worth_another_pass() {
+        let unavailable = || StoreError::Unavailable {
+            operation: "GetItem",
+            table: "events".into(),
+            source: "timed out".into(),
+        };
+        assert!(ReplayError::Store(unavailable()).is_retryable());
+        assert!(ReplayError::Pipeline(PipelineError::Store(unavailable())).is_retryable());
+        let gone = StoreError::Corrupt {
+            table: "events".into(),
+            key: "d1".into(),
+            reason: "gone".into(),
+        };
+        assert!(!ReplayError::Store(gone).is_retryable());
+        assert!(!ReplayError::Facts("unreadable".into()).is_retryable());
+    }
 }

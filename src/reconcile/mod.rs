@@ -35,7 +35,7 @@ use crate::eventlog::{Delivery, LogFilter, Outcome};
 use crate::payments::PaymentRecord;
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
-use crate::replay::{event_of, redrive, ReplayError, RESUME_EVENT_TYPE};
+use crate::replay::{event_of, redrive, RESUME_EVENT_TYPE};
 use crate::store::StoreError;
 
 pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth};
@@ -352,8 +352,9 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 store.mark_redriven(d, answer.outcome).await?;
                 report.file(Ok(answer), finding);
             }
-            // The store is still failing: stop here, the next pass resumes.
-            Err(ReplayError::Pipeline(e)) => {
+            // The store is still failing (in the pipeline, or reading the stored body): stop
+            // here, the next pass resumes. An outage is never a final answer.
+            Err(e) if e.is_retryable() => {
                 report.file(Err(e.to_string()), finding);
                 return Ok(ControlFlow::Break(()));
             }
@@ -455,16 +456,18 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
     }
 
     /// Whether a parked refund's payment is PAID now, so a re-drive would apply rather than park
-    /// again. A delivery without a reference, or whose body cannot be read or no longer maps,
-    /// counts as not paid: it is reported waiting and looked at again next pass.
+    /// again. A delivery without a reference, or whose body is gone or no longer maps, counts as
+    /// not paid: it is reported waiting and looked at again next pass. A store that does not
+    /// answer stops the step (the error), rather than pass for "not paid" and hide an outage.
     async fn refund_payment_is_paid(&self, newest: &Delivery) -> Result<bool, StoreError> {
         let store = self.pipeline.store();
+        let body = match store.with_body(newest).await {
+            Err(e @ StoreError::Unavailable { .. }) => return Err(e),
+            other => other,
+        };
         let paid = match (
             newest.reference.as_ref(),
-            store
-                .with_body(newest)
-                .await
-                .map(|d| event_of(self.providers, &d)),
+            body.map(|d| event_of(self.providers, &d)),
         ) {
             (Some(r), Ok(Ok(_))) => store
                 .payment(newest.provider, r)

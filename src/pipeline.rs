@@ -8,7 +8,7 @@ use crate::domain::{
     now_ms, AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation,
     PaymentFacts, RefundFacts,
 };
-use crate::eventlog::{Delivery, EventLog, Outcome};
+use crate::eventlog::{Delivery, DeliveryId, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{movement_time, shard_of_payment, Ledger, PostOutcome, Posting};
 use crate::payments::{
@@ -85,7 +85,7 @@ pub struct Delivered<'a> {
     /// How long our claim may be held before another attempt may take over.
     pub lease_ms: i64,
     /// For replays: the stored delivery's id, and who started the replay.
-    pub replay_of: Option<String>,
+    pub replay_of: Option<DeliveryId>,
     pub started_by: Option<String>,
 }
 
@@ -226,7 +226,7 @@ impl<S: Store> Pipeline<S> {
         };
         let record = delivery(&d, &answer);
         self.store.append(&record).await?;
-        answer.delivery_id = record.id;
+        answer.delivery_id = record.id.to_string();
         Ok(answer)
     }
 

@@ -115,7 +115,7 @@ pub struct DeliveryView {
 impl DeliveryView {
     fn of(d: Delivery, with_body: bool) -> Self {
         DeliveryView {
-            id: d.id,
+            id: d.id.to_string(),
             provider: d.provider,
             event_id: d.event_id,
             event_type: d.event_type,
@@ -124,7 +124,7 @@ impl DeliveryView {
             outcome: d.outcome,
             http_status: d.http_status,
             received_at_ms: d.received_at_ms,
-            replay_of: d.replay_of,
+            replay_of: d.replay_of.map(|i| i.to_string()),
             started_by: d.started_by,
             redriven: d.redriven,
             raw_body: if with_body { d.raw_body } else { None },
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {
-        let id = Delivery::new_id(1_764_670_000_000);
+        let id = Delivery::new_id(1_764_670_000_000).to_string();
         let c = Cursor::encode(&id);
         assert!(!c.contains(&id), "opaque: {c}");
         assert_eq!(Cursor::decode(&c).unwrap(), id);

@@ -444,7 +444,7 @@ async fn delivery_pages_neither_repeat_nor_skip_a_delivery() {
             "{query}: not newest first"
         );
         // AND they are exactly the deliveries one big page of the log holds
-        let filtered: Vec<&String> = all
+        let filtered: Vec<String> = all
             .iter()
             .filter(
                 |d| match query.split('&').next().unwrap().split_once('=').unwrap() {
@@ -454,9 +454,13 @@ async fn delivery_pages_neither_repeat_nor_skip_a_delivery() {
                     _ => true,
                 },
             )
-            .map(|d| &d.id)
+            .map(|d| d.id.to_string())
             .collect();
-        assert_eq!(ids.iter().collect::<Vec<_>>(), filtered, "{query}");
+        assert_eq!(
+            ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+            filtered,
+            "{query}"
+        );
     }
 }
 

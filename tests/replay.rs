@@ -119,7 +119,7 @@ async fn replaying_everything_twice_changes_nothing_and_is_logged() {
         .collect();
     assert!(replays
         .iter()
-        .all(|d| originals.contains(d.replay_of.as_deref().unwrap())));
+        .all(|d| originals.contains(&d.replay_of.as_ref().unwrap().as_str())));
 }
 
 #[tokio::test]
@@ -321,7 +321,7 @@ async fn time_range_and_outcome_filters_are_exact_across_pages_and_days() {
     for (i, (filter, keep)) in cases.iter().enumerate() {
         let expected = newest_first(all.iter().filter(|d| keep(d)).cloned().collect());
         assert!(!expected.is_empty(), "case {i} selects nothing");
-        let got: Vec<String> = pages(&store, filter, 7)
+        let got: Vec<_> = pages(&store, filter, 7)
             .await
             .into_iter()
             .map(|d| d.id)

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
-use crate::eventlog::{utc_day, Delivery, EventLog, LogFilter, LogPage, Outcome};
+use crate::eventlog::{utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, Outcome};
 use crate::store::StoreError;
 
 /// Greater than any delivery id (ids start with digits).
@@ -86,7 +86,7 @@ fn body_of(item: &Item, r: &Reader<'_>) -> Result<Option<String>, StoreError> {
 fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
     let r = Reader::new(item, table);
     Ok(Delivery {
-        id: r.str("sk")?.to_owned(),
+        id: DeliveryId::from_stored(r.str("sk")?.to_owned()),
         provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
         event_id: r.str("event_id")?.to_owned(),
         event_type: r.str("event_type")?.to_owned(),
@@ -102,7 +102,9 @@ fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
         http_status: u16::try_from(r.num("http_status")?).map_err(|_| r.corrupt("http_status"))?,
         received_at_ms: r.num("received_at_ms")?,
         raw_body: body_of(item, &r)?,
-        replay_of: r.opt_str("replay_of").map(str::to_owned),
+        replay_of: r
+            .opt_str("replay_of")
+            .map(|t| DeliveryId::from_stored(t.to_owned())),
         started_by: r.opt_str("started_by").map(str::to_owned),
         redriven: r
             .opt_str("redriven")
@@ -354,7 +356,7 @@ impl EventLog for DynamoStore {
         let day = utc_day(d.received_at_ms);
         let shard = crate::ledger::Ledger::placement_layout(self)
             .await?
-            .index_shard(&d.id);
+            .index_shard(d.id.as_str());
         let mut put = self
             .client
             .put_item()
@@ -399,7 +401,7 @@ impl EventLog for DynamoStore {
         for (name, value) in [
             ("key", d.key.as_ref().map(|k| k.to_string())),
             ("reference", d.reference.as_ref().map(|r| r.to_string())),
-            ("replay_of", d.replay_of.clone()),
+            ("replay_of", d.replay_of.as_ref().map(|i| i.to_string())),
             ("started_by", d.started_by.clone()),
         ] {
             if let Some(v) = value {
@@ -451,7 +453,7 @@ impl EventLog for DynamoStore {
         let more = found.len() > limit;
         found.truncate(limit);
         let next = if more {
-            found.last().map(|d| d.id.clone())
+            found.last().map(|d| d.id.to_string())
         } else {
             None
         };
@@ -540,7 +542,7 @@ impl EventLog for DynamoStore {
             .map_err(|e| unavailable("GetItem", table, e))?;
         let item = out.item.ok_or_else(|| StoreError::Corrupt {
             table: table.clone(),
-            key: d.id.clone(),
+            key: d.id.to_string(),
             reason: "listed in an index but gone from the table (expired?)".into(),
         })?;
         let mut full = to_delivery(&item, table)?;

@@ -79,11 +79,43 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// A delivery's id in the log: `{epoch ms:013}-{uuid}`, unique per delivery and sorting by
+/// arrival, so it is also the log's sort key and the cursor of a walk through it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct DeliveryId(String);
+
+impl DeliveryId {
+    /// A fresh id for a delivery received at `received_at_ms`.
+    pub fn new(received_at_ms: i64) -> Self {
+        DeliveryId(format!(
+            "{:013}-{}",
+            received_at_ms.max(0),
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    /// An id read back from the store or given by an operator.
+    pub fn from_stored(text: String) -> Self {
+        DeliveryId(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for DeliveryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One delivery as logged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
     /// Unique per delivery; sorts by arrival time.
-    pub id: String,
+    pub id: DeliveryId,
     pub provider: ProviderId,
     pub event_id: String,
     pub event_type: String,
@@ -96,7 +128,7 @@ pub struct Delivery {
     /// was listed from an index (indexes never carry bodies): [`EventLog::with_body`] reads it.
     pub raw_body: Option<String>,
     /// Set when this delivery is a replay of a stored one: that delivery's id.
-    pub replay_of: Option<String>,
+    pub replay_of: Option<DeliveryId>,
     /// Who started a replay (operator, Lambda invocation).
     pub started_by: Option<String>,
     /// Set once reconciliation re-drove this delivery: the outcome of that re-drive. The log is
@@ -107,12 +139,8 @@ pub struct Delivery {
 
 impl Delivery {
     /// A time-ordered id: 13-digit epoch ms, then randomness, so ids sort by arrival.
-    pub fn new_id(received_at_ms: i64) -> String {
-        format!(
-            "{:013}-{}",
-            received_at_ms.max(0),
-            uuid::Uuid::new_v4().simple()
-        )
+    pub fn new_id(received_at_ms: i64) -> DeliveryId {
+        DeliveryId::new(received_at_ms)
     }
 }
 

@@ -317,7 +317,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                         break 'pages;
                     }
                 }
-                after = d.id.clone();
+                after = d.id.to_string();
                 store.save_cursor(FAILED_CURSOR, &after).await?;
             }
         }
@@ -336,7 +336,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         let finding = Finding::new(
             "failed_delivery",
             d.provider,
-            d.id.clone(),
+            d.id.to_string(),
             d.event_id.clone(),
         );
         match redrive(

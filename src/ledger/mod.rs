@@ -223,21 +223,8 @@ pub trait Ledger: Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Currency, Operation, ProviderId};
-
-    type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
-
-    fn ngn() -> Currency {
-        Currency::parse("NGN").unwrap_or_else(|_| unreachable!())
-    }
-
-    fn key(op: Operation, r: &str) -> R<IdempotencyKey> {
-        Ok(IdempotencyKey::new(
-            ProviderId::GENERIC,
-            op,
-            &Reference::parse(r)?,
-        ))
-    }
+    use crate::domain::{Currency, Operation};
+    use crate::payments::tests::{key, ngn, R};
 
     fn posting(amount: i64, cur: &str) -> R<Posting> {
         Ok(Posting {

@@ -449,17 +449,17 @@ pub trait Payments: Sync {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::domain::{Currency, Operation};
 
-    type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
+    pub(crate) type R<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-    fn ngn() -> Currency {
+    pub(crate) fn ngn() -> Currency {
         Currency::parse("NGN").unwrap_or_else(|_| unreachable!())
     }
 
-    fn key(op: Operation, r: &str) -> R<IdempotencyKey> {
+    pub(crate) fn key(op: Operation, r: &str) -> R<IdempotencyKey> {
         Ok(IdempotencyKey::new(
             ProviderId::GENERIC,
             op,

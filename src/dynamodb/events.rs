@@ -330,23 +330,20 @@ impl DynamoStore {
         Ok(None)
     }
 
-    /// The body of the delivery `holder` in `d`'s partition, which `d` points at.
-    async fn body_held_by(&self, d: &Delivery, holder: &str) -> Result<Option<String>, StoreError> {
+    /// The log item `sk` in `d`'s partition (a consistent read), if it is still there.
+    async fn log_item(&self, d: &Delivery, sk: &str) -> Result<Option<Item>, StoreError> {
         let table = &self.tables.events;
         let out = self
             .client
             .get_item()
             .table_name(table)
             .key("pk", s(partition_of(d)))
-            .key("sk", s(holder))
+            .key("sk", s(sk))
+            .consistent_read(true)
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        match out.item {
-            Some(item) => body_of(&item, &Reader::new(&item, table)),
-            // The holder expired first (TTL deletes lag): the body is gone with it.
-            None => Ok(None),
-        }
+        Ok(out.item)
     }
 }
 
@@ -530,24 +527,21 @@ impl EventLog for DynamoStore {
             return Ok(d.clone());
         }
         let table = &self.tables.events;
-        let out = self
-            .client
-            .get_item()
-            .table_name(table)
-            .key("pk", s(partition_of(d)))
-            .key("sk", s(d.id.as_str()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable("GetItem", table, e))?;
-        let item = out.item.ok_or_else(|| StoreError::Corrupt {
-            table: table.clone(),
-            key: d.id.to_string(),
-            reason: "listed in an index but gone from the table (expired?)".into(),
-        })?;
+        let item = self
+            .log_item(d, d.id.as_str())
+            .await?
+            .ok_or_else(|| StoreError::Corrupt {
+                table: table.clone(),
+                key: d.id.to_string(),
+                reason: "listed in an index but gone from the table (expired?)".into(),
+            })?;
         let mut full = to_delivery(&item, table)?;
         if let Some(holder) = Reader::new(&item, table).opt_str("body_in") {
-            full.raw_body = self.body_held_by(d, holder).await?;
+            full.raw_body = match self.log_item(d, holder).await? {
+                Some(held) => body_of(&held, &Reader::new(&held, table))?,
+                // The holder expired first (TTL deletes lag): the body is gone with it.
+                None => None,
+            };
         }
         Ok(full)
     }

@@ -76,6 +76,7 @@ fn endpoint_is_plain_http() -> bool {
 /// documents whose every attempt is already bounded by `operation_attempt_timeout`; an `http://`
 /// endpoint (local only) gets the SDK's own plain-HTTP client, so no TLS stack or root
 /// certificates are set up for it. Against AWS (https) the SDK's default HTTPS client is kept.
+/// `dynamodb::lean` drops three telemetry headers and remembers resolved endpoints.
 pub async fn dynamo_store(config: &Config) -> DynamoStore {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(2))
@@ -89,8 +90,9 @@ pub async fn dynamo_store(config: &Config) -> DynamoStore {
         loader = loader.http_client(aws_smithy_http_client::Builder::new().build_http());
     }
     let sdk = loader.load().await;
+    let client_config = crate::dynamodb::lean::lean(aws_sdk_dynamodb::config::Builder::from(&sdk));
     DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
+        aws_sdk_dynamodb::Client::from_conf(client_config.build()),
         config.tables.clone(),
         config.store,
     )

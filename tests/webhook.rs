@@ -232,6 +232,70 @@ async fn a_new_event_costs_five_writes_and_no_read() {
     assert_eq!(counter.reads(), 0, "{:?}", counter.snapshot());
 }
 
+/// Records the headers of every request as it leaves (after signing).
+#[derive(Debug, Clone, Default)]
+struct SentHeaders(std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>);
+
+impl aws_sdk_dynamodb::config::Intercept for SentHeaders {
+    fn name(&self) -> &'static str {
+        "SentHeaders"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let names = ctx
+            .request()
+            .headers()
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase());
+        self.0.lock().unwrap().push(names.collect());
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn requests_leave_signed_without_the_sdk_telemetry_headers() {
+    // GIVEN the binaries' client settings (`dynamodb::lean`, which `sdk_builder` applies)
+    let base = store("lean").await;
+    let sent = SentHeaders::default();
+    let app = app(
+        store_with(&base, sdk_builder().interceptor(sent.clone())),
+        30_000,
+    );
+    // WHEN a new delivery and its duplicate go through
+    let body = payment_body("evt_l", "pay_l", "wallet_l", 700, "NGN");
+    assert_eq!(send(&app, signed(&body)).await.status, 200);
+    assert!(send(&app, signed(&body)).await.replayed);
+    // THEN the money moved once, and every request was signed and carried none of the three
+    // headers the lean client switches off
+    assert_eq!(balance_of(&base, "wallet_l").await, (700, 1));
+    let sent = sent.0.lock().unwrap().clone();
+    assert!(sent.len() >= 8, "{} requests", sent.len());
+    for headers in &sent {
+        for must in ["authorization", "x-amz-date", "content-type"] {
+            assert!(
+                headers.iter().any(|h| h == must),
+                "{must} missing: {headers:?}"
+            );
+        }
+        for gone in [
+            "user-agent",
+            "x-amz-user-agent",
+            "amz-sdk-invocation-id",
+            "amz-sdk-request",
+        ] {
+            assert!(
+                !headers.iter().any(|h| h == gone),
+                "{gone} sent: {headers:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn same_reference_with_other_money_is_a_conflict_that_moves_nothing() {
     let store = store("conflict").await;

@@ -9,6 +9,7 @@ pub mod capacity;
 mod claims;
 mod events;
 pub(crate) mod item;
+pub mod lean;
 mod ledger;
 pub mod observe;
 mod payments;

@@ -72,7 +72,8 @@ pub fn sdk_builder() -> aws_sdk_dynamodb::config::Builder {
         .operation_attempt_timeout(std::time::Duration::from_secs(30))
         .operation_timeout(std::time::Duration::from_secs(120))
         .build();
-    aws_sdk_dynamodb::config::Builder::new()
+    // The binaries' client settings (`dynamodb::lean`), so the suite runs what production runs.
+    payhook::dynamodb::lean::lean(aws_sdk_dynamodb::config::Builder::new())
         .behavior_version(BehaviorVersion::latest())
         .timeout_config(timeouts)
         .endpoint_url(endpoint())

@@ -32,6 +32,10 @@ pub fn lean(builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::con
 /// The SDK's own switch for this is `DisableInterceptor<T>` in the operation's config bag; the
 /// client config offers no public way to put it there once, so this interceptor does it first
 /// thing in each operation (`read_before_execution` runs before any of their hooks).
+///
+/// An SDK upgrade cannot turn this into a silent change: should a later SDK register one of the
+/// three as permanent, debug builds (the test suite) panic at the first request, and
+/// `tests/webhook.rs` fails if any of the headers is sent again.
 #[derive(Debug)]
 struct Telemetryless;
 

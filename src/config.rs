@@ -96,6 +96,7 @@ impl Config {
         let store = StoreSettings {
             claim_retention_s: positive(&get, "PAYHOOK_CLAIM_RETENTION_DAYS", 30)? * day_s,
             log_retention_s: positive(&get, "PAYHOOK_LOG_RETENTION_DAYS", 90)? * day_s,
+            ..StoreSettings::default()
         };
         let name = "PAYHOOK_DEFAULT_ACCOUNT";
         let default_account = match get(name).filter(|v| !v.trim().is_empty()) {

@@ -57,7 +57,10 @@
 //!
 //! Nothing a retry needs is recomputed from what may change in between: a payment's ledger shard
 //! is recorded when it is paid, a provider transaction is bound to the reference it was first
-//! keyed by, and the account credited is recorded on the payment.
+//! keyed by, and the account credited is recorded on the payment. Nor does anything depend on a
+//! process's clock: leases, movement times and ledger checkpoints are in DynamoDB's own time,
+//! learnt from the `Date` of its answers ([`dynamodb::clock`]), so a takeover, a replay or a
+//! balance read on a machine minutes off judges and writes the same times as every other.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
-use crate::domain::{expires_at_s, now_ms, Fingerprint, IdempotencyKey};
+use crate::domain::{expires_at_s, Fingerprint, IdempotencyKey};
 use crate::idempotency::{
     judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Claims, Existing, FinalizeOutcome,
     OwnerToken, StoredResponse,
@@ -75,7 +75,7 @@ impl DynamoStore {
         // `IN_PROGRESS#{shard}`: the claim index is sharded by key, so no partition key is
         // written by every claim.
         let open = format!("{IN_PROGRESS}#{}", layout.index_shard(key.as_str()));
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let result = self
             .client
             .put_item()
@@ -111,7 +111,7 @@ impl DynamoStore {
         lease_ms: i64,
     ) -> Result<bool, StoreError> {
         let table = &self.tables.idempotency;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let result = self
             .client
             .update_item()
@@ -165,7 +165,7 @@ impl Claims for DynamoStore {
             // Gone between our put and our read: it was released, so claim again.
             let Some(existing) = existing else { continue };
             let record = to_record(&existing, &self.tables.idempotency)?;
-            match judge_existing(&record, fingerprint, now_ms(), &token) {
+            match judge_existing(&record, fingerprint, self.clock.now_ms(), &token) {
                 Existing::Decided(outcome) => return Ok(outcome),
                 Existing::TakeOver { previous_owner } => {
                     if self
@@ -193,7 +193,7 @@ impl Claims for DynamoStore {
         response: &StoredResponse,
     ) -> Result<FinalizeOutcome, StoreError> {
         let table = &self.tables.idempotency;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let result = self
             .client
             .update_item()
@@ -265,6 +265,10 @@ impl Claims for DynamoStore {
             Ok(_) => Ok(true),
             Err(e) => condition_failed(e, "DeleteItem", table).map(|_| false),
         }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError> {

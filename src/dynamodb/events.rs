@@ -512,7 +512,7 @@ impl EventLog for DynamoStore {
             .update_expression("SET redriven = :o, redriven_at_ms = :now")
             .condition_expression("attribute_exists(sk) AND attribute_not_exists(redriven)")
             .expression_attribute_values(":o", s(outcome.as_str()))
-            .expression_attribute_values(":now", n(now_ms()))
+            .expression_attribute_values(":now", n(self.clock.now_ms()))
             .send()
             .await;
         match result {

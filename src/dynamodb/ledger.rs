@@ -9,11 +9,22 @@
 //! Balances read O(shards + recent entries), not O(history): each shard has a checkpoint item
 //! (`sk` = `#checkpoint`, sorting before every entry) holding the totals of every entry up to its
 //! `through` sort key. A read sums the checkpoint and the entries after it; a read that finds
-//! many entries after it rolls the checkpoint forward, to a time before every claim still in
-//! progress (every movement not yet posted belongs to one and is timed after it was taken), with
-//! a conditional write on the checkpoint's version, so an entry is never counted twice or lost. The shard of a payment's entries is decided once, when it is paid,
-//! and recorded on the payment ([`crate::ledger::Posting::shard`]), so one busy account's writes
-//! spread over the layout's partitions and a retry always finds the entry it may have written.
+//! many entries after it rolls the checkpoint forward, with a conditional write on the
+//! checkpoint's version, so of two rolls one wins.
+//!
+//! **The checkpoint rule.** A checkpoint may only cover entries that can no longer appear below
+//! it. An entry's time is the movement's time, recorded on the payment in the write that made
+//! the movement, *in the store's clock* ([`super::clock`]: DynamoDB's `Date`, never a process's
+//! wall clock), after the movement's claim was taken (its `created_at_ms`, same clock), and the
+//! entry is posted before that claim is finalized. So an entry not yet posted belongs to a claim
+//! still IN_PROGRESS and is timed after that claim was created, and a roll goes through at most
+//! `min(store time, oldest open claim) - margin`. A reader that has not learnt the store's time
+//! reads without rolling. Entries of payments paid before movement times were recorded keep the
+//! bare key, which sorts after every timed one: they are never rolled, always read.
+//!
+//! The shard of a payment's entries is decided once, when it is paid, and recorded on the
+//! payment ([`crate::ledger::Posting::shard`]), so one busy account's writes spread over the
+//! layout's partitions and a retry always finds the entry it may have written.
 //!
 //! The stored layout (ledger and index shard counts) is one item of this table: `pk` = `sk` =
 //! `#layout`, `ledger_shards`, `index_shards`. No account key can equal it: an account's keys end
@@ -32,10 +43,10 @@ use crate::store::StoreError;
 const LAYOUT_KEY: &str = "#layout";
 
 const CHECKPOINT: &str = "#checkpoint";
-/// A read that finds this many entries after a shard's checkpoint rolls it forward.
-const ROLL_AFTER: usize = 256;
-/// Checkpoints stay this far behind now: the claim index a roll consults is eventually
-/// consistent (its lag is well under a second) and machines' clocks differ a little.
+/// Checkpoints stay this far behind the store's time and the oldest open claim. It covers the
+/// store clock's own error (about a second: the `Date` header has whole seconds), the lag of the
+/// claim index a roll consults (well under a second) and a movement recorded by a writer whose
+/// estimate of the server's time is a little behind the roller's.
 const ROLL_MARGIN_MS: i64 = 60_000;
 
 /// The sort key of an entry: timed, or the bare key for an untimed (older) movement.
@@ -172,6 +183,22 @@ impl Ledger for DynamoStore {
             // The entry exists: an earlier attempt under this key posted it.
             Err(e) => condition_failed(e, "PutItem", table).map(|_| PostOutcome::AlreadyPosted),
         }
+    }
+
+    async fn posted(&self, posting: &Posting) -> Result<bool, StoreError> {
+        let table = &self.tables.ledger;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(ledger_pk(&posting.account, posting.shard)))
+            .key("sk", s(entry_sk(posting.at_ms, &posting.key)))
+            .projection_expression("sk")
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        Ok(out.item.is_some())
     }
 
     async fn layout(&self) -> Result<Layout, StoreError> {
@@ -336,7 +363,7 @@ impl DynamoStore {
                     reason: "a balance overflows".into(),
                 })?;
         }
-        if recent.len() >= ROLL_AFTER {
+        if recent.len() >= self.settings.roll_after_entries.max(1) {
             if let Err(e) = self.roll_checkpoint(account, shard, &cp).await {
                 tracing::warn!(account = %account, shard, error = %e, "ledger checkpoint not rolled; the next read tries again");
             }
@@ -344,9 +371,10 @@ impl DynamoStore {
         Ok((totals, cp.entries + recent.len() as u64))
     }
 
-    /// Rolls a shard's checkpoint forward to just before the oldest claim still in progress
-    /// (and a margin before now), from `cp` as read: the write is conditioned on its version, so
-    /// of two concurrent rolls one wins and no entry is counted twice.
+    /// Rolls a shard's checkpoint forward, from `cp` as read, through the instant before which
+    /// no entry can still appear (see [`ledger`](self)'s rule): a margin before the store's time
+    /// and before the oldest claim still in progress. The write is conditioned on the
+    /// checkpoint's version, so of two concurrent rolls one wins and no entry is counted twice.
     async fn roll_checkpoint(
         &self,
         account: &AccountId,
@@ -354,9 +382,14 @@ impl DynamoStore {
         cp: &Checkpoint,
     ) -> Result<bool, StoreError> {
         let table = &self.tables.ledger;
-        let mut watermark = crate::domain::now_ms() - ROLL_MARGIN_MS;
+        // Never this process's own clock: a reader that cannot tell the server's time (no
+        // answer has carried a `Date` yet) reads without rolling.
+        let Some(server_now_ms) = self.clock.server_now_ms() else {
+            return Ok(false);
+        };
+        let mut watermark = server_now_ms - ROLL_MARGIN_MS;
         if let Some(oldest) = self.oldest_claim_created_ms().await? {
-            watermark = watermark.min(oldest - 1);
+            watermark = watermark.min(oldest - ROLL_MARGIN_MS);
         }
         // `$` sorts right after `#`: every entry timed at or before the watermark is below it.
         let through = format!("{:013}$", watermark.max(0));

@@ -7,6 +7,7 @@
 
 pub mod capacity;
 mod claims;
+pub mod clock;
 mod events;
 pub(crate) mod item;
 pub mod lean;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 
+pub use clock::StoreClock;
 pub use schema::TableNames;
 
 /// Knobs the store needs besides table names.
@@ -29,6 +31,10 @@ pub struct StoreSettings {
     pub claim_retention_s: i64,
     /// How long delivery-log entries are kept (TTL).
     pub log_retention_s: i64,
+    /// A balance read that finds this many entries after a shard's checkpoint rolls it forward.
+    /// Only a cost: what a roll may cover never depends on it (tests set it low so that reads
+    /// roll all the time).
+    pub roll_after_entries: usize,
 }
 
 impl Default for StoreSettings {
@@ -36,6 +42,7 @@ impl Default for StoreSettings {
         StoreSettings {
             claim_retention_s: 30 * 86_400,
             log_retention_s: 90 * 86_400,
+            roll_after_entries: 256,
         }
     }
 }
@@ -49,16 +56,40 @@ pub struct DynamoStore {
     settings: StoreSettings,
     /// The stored layout, read once per process for placing new items.
     layout_cache: Arc<tokio::sync::OnceCell<crate::ledger::Layout>>,
+    /// DynamoDB's time, learned from its answers: every timestamp the store writes or judges.
+    clock: StoreClock,
 }
 
 impl DynamoStore {
     pub fn new(client: Client, tables: TableNames, settings: StoreSettings) -> Self {
+        Self::with_clock(client, tables, settings, StoreClock::default())
+    }
+
+    /// A store whose timestamps come from `clock`, fed by the `Date` header of every answer
+    /// `client` gets (the client is rebuilt once with that interceptor; its HTTP connections
+    /// are shared). Tests pass a clock with a skewed local reading to play a wrong machine.
+    pub fn with_clock(
+        client: Client,
+        tables: TableNames,
+        settings: StoreSettings,
+        clock: StoreClock,
+    ) -> Self {
+        let conf = client
+            .config()
+            .to_builder()
+            .interceptor(clock.interceptor())
+            .build();
         DynamoStore {
-            client,
+            client: Client::from_conf(conf),
             tables: Arc::new(tables),
             settings,
             layout_cache: Arc::default(),
+            clock,
         }
+    }
+
+    pub fn clock(&self) -> &StoreClock {
+        &self.clock
     }
 
     pub fn tables(&self) -> &TableNames {

@@ -157,6 +157,11 @@ pub trait Claims: Sync {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<ClaimRecord>, StoreError>> + Send;
 
+    /// The time leases are written and judged in: the store's clock, never this process's own
+    /// (a takeover or a stuck-claim search by a machine with a wrong clock would judge live
+    /// leases expired, or expired ones live).
+    fn now_ms(&self) -> i64;
+
     /// Reads a claim (operators, reconciliation, tests).
     fn get_claim(
         &self,

@@ -466,6 +466,15 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
                 RegisterOutcome::Exists(p) => {
                     print_json(&serde_json::json!({"result": "exists", "payment": p}))
                 }
+                RegisterOutcome::Assigned(p) => {
+                    let next = format!(
+                        "payhook replay --outcome unassigned --reference {}",
+                        p.reference
+                    );
+                    print_json(
+                        &serde_json::json!({"result": "assigned", "payment": p, "next": next}),
+                    )
+                }
                 RegisterOutcome::Mismatch(m, p) => {
                     print_json(
                         &serde_json::json!({"result": "mismatch", "mismatch": m, "payment": p}),

@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{
-    now_ms, AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId,
-    Reference, RefundFacts, StateFacts,
+    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
+    RefundFacts, StateFacts,
 };
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
@@ -180,14 +180,20 @@ fn state_move_expressions(
     )
 }
 
-/// The answer to a registration refused because the payment exists: a repeat of the same
+/// What a registration refused because the payment exists means. A repeat of the same
 /// expectation is `Exists`; other account or money is a `Mismatch`, never an overwrite, since
-/// what a payment is expected to be is set once.
+/// what a payment is expected to be is set once. A payment a webhook made without an account
+/// gets one (`Fill`): absent is not a match, or its unassigned success could never be credited.
+enum Registered {
+    Decided(RegisterOutcome),
+    Fill(PaymentRecord),
+}
+
 fn already_registered(
     existing: Option<PaymentRecord>,
     expected: &ExpectedPayment,
     table: &str,
-) -> Result<RegisterOutcome, StoreError> {
+) -> Result<Registered, StoreError> {
     let Some(existing) = existing else {
         return Err(StoreError::Corrupt {
             table: table.to_owned(),
@@ -197,8 +203,9 @@ fn already_registered(
     };
     Ok(
         match mismatch(&existing, Some(&expected.account), Some(&expected.money)) {
-            Some(m) => RegisterOutcome::Mismatch(m, existing),
-            None => RegisterOutcome::Exists(existing),
+            Some(m) => Registered::Decided(RegisterOutcome::Mismatch(m, existing)),
+            None if existing.account.is_none() => Registered::Fill(existing),
+            None => Registered::Decided(RegisterOutcome::Exists(existing)),
         },
     )
 }
@@ -305,7 +312,7 @@ impl DynamoStore {
         new: NewCredit<'_>,
         recover: bool,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let paid = PaymentStatus::Paid;
         let update = self.payment_update(provider, &facts.reference, now);
         let (update, money_conds, mut sets) =
@@ -368,7 +375,7 @@ impl DynamoStore {
         key: &IdempotencyKey,
         target: PaymentStatus,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let remainder = if target == PaymentStatus::Refunded {
             "refundable_minor = :amt"
         } else {
@@ -410,9 +417,11 @@ impl DynamoStore {
         refund_key: &IdempotencyKey,
         write: ReversalWrite,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
-        let now = now_ms();
-        let fresh =
-            "attribute_exists(pk) AND currency = :cur AND NOT contains(reversed_refund_keys, :rk)";
+        let now = self.clock.now_ms();
+        // A payment heard of only by a state event without money has no currency yet: a
+        // refund of it can only be voided, and the judge finds no mismatch to refuse it for.
+        let fresh = "attribute_exists(pk) AND (attribute_not_exists(currency) OR currency = :cur) \
+                     AND NOT contains(reversed_refund_keys, :rk)";
         let update = match write {
             ReversalWrite::Restore(to) => {
                 let refunded = if to == PaymentStatus::Paid {
@@ -451,10 +460,63 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// Gives an account-less payment the registered account (and the money fields it lacks):
+    /// one conditional write, only while it still has no account, its money agrees and its
+    /// status is the one judged (the history entry names it). Of two registrations one fills it
+    /// and the other is judged against what that one wrote.
+    async fn assign(
+        &self,
+        expected: &ExpectedPayment,
+        mut judged: PaymentRecord,
+    ) -> Result<RegisterOutcome, StoreError> {
+        let table = &self.tables.payments;
+        for _ in 0..WRITE_ROUNDS {
+            let now = self.clock.now_ms();
+            let note = "registered: account assigned";
+            let update = self
+                .payment_update(expected.provider, &expected.reference, now)
+                .update_expression(
+                    "SET account = :acct, amount_minor = if_not_exists(amount_minor, :amt), \
+                     currency = if_not_exists(currency, :cur), updated_at_ms = :now, \
+                     history = list_append(if_not_exists(history, :empty), :h)",
+                )
+                .condition_expression(
+                    "attribute_exists(pk) AND attribute_not_exists(account) AND #status = :st \
+                     AND (attribute_not_exists(amount_minor) OR amount_minor = :amt) \
+                     AND (attribute_not_exists(currency) OR currency = :cur)",
+                )
+                .expression_attribute_values(":acct", s(expected.account.as_str()))
+                .expression_attribute_values(":amt", n(expected.money.amount.get()))
+                .expression_attribute_values(":cur", s(expected.money.currency.as_str()))
+                .expression_attribute_values(":st", s(judged.status.as_str()))
+                .expression_attribute_values(":h", history(judged.status, note, now));
+            let old = match self
+                .conditional_update(update, expected.provider, &expected.reference)
+                .await?
+            {
+                Ok(record) => return Ok(RegisterOutcome::Assigned(record)),
+                Err(old) => old,
+            };
+            // Changed under us (another registration, a webhook naming an account, a status
+            // move): judge what it holds now.
+            match already_registered(old, expected, table)? {
+                Registered::Decided(outcome) => return Ok(outcome),
+                Registered::Fill(now_holds) => judged = now_holds,
+            }
+        }
+        Err(StoreError::Unavailable {
+            operation: "UpdateItem",
+            table: table.clone(),
+            source: "the payment kept changing while its account was assigned".into(),
+        })
+    }
+}
+
 impl Payments for DynamoStore {
     async fn register(&self, expected: &ExpectedPayment) -> Result<RegisterOutcome, StoreError> {
         let table = &self.tables.payments;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let pending = PaymentStatus::Pending;
         let result = self
             .client
@@ -493,7 +555,10 @@ impl Payments for DynamoStore {
                 }
             },
         };
-        already_registered(existing, expected, table)
+        match already_registered(existing, expected, table)? {
+            Registered::Decided(outcome) => Ok(outcome),
+            Registered::Fill(existing) => self.assign(expected, existing).await,
+        }
     }
 
     async fn mark_paid(
@@ -524,7 +589,7 @@ impl Payments for DynamoStore {
         facts: &StateFacts,
         to: PaymentStatus,
     ) -> Result<StateOutcome, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let update = self.payment_update(provider, &facts.reference, now);
         let (update, money_conds, money_sets) =
             money_guard(update, facts.account.as_ref(), facts.money.as_ref());
@@ -622,7 +687,7 @@ impl Payments for DynamoStore {
             .table_name(table)
             .item("pk", pk.clone())
             .item("reference", s(reference.as_str()))
-            .item("created_at_ms", n(now_ms()))
+            .item("created_at_ms", n(self.clock.now_ms()))
             .condition_expression("attribute_not_exists(pk)")
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -660,7 +725,7 @@ impl Payments for DynamoStore {
         status: PaymentStatus,
         note: &str,
     ) -> Result<bool, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let update = self
             .payment_update(provider, reference, now)
             .update_expression(

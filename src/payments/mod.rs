@@ -106,6 +106,10 @@ pub enum RegisterOutcome {
     Created(PaymentRecord),
     /// Registered before with the same fields: registering is idempotent.
     Exists(PaymentRecord),
+    /// A webhook made the payment first, naming no account (`payment.processing`, a failure):
+    /// this registration gave it its account, and money fields it lacked, in one conditional
+    /// write. Its unassigned success can now be replayed onto the account.
+    Assigned(PaymentRecord),
     /// Registered before (or already seen by a webhook) with other fields.
     Mismatch(Mismatch, PaymentRecord),
 }
@@ -168,12 +172,13 @@ pub fn judge_paid(
             PaidOutcome::NotPayable(existing)
         });
     }
+    // Not paid and no account to credit, whatever the state (PENDING, PROCESSING or FAILED):
+    // unassigned, before any recovery, since every write that pays needs an account.
+    if unassignable && existing.account.is_none() {
+        return PaidJudgement::Decided(PaidOutcome::Unassigned(Some(existing)));
+    }
     match existing.status {
         PaymentStatus::Failed => PaidJudgement::Recover,
-        // PENDING/PROCESSING without an account to credit.
-        _ if unassignable && existing.account.is_none() => {
-            PaidJudgement::Decided(PaidOutcome::Unassigned(Some(existing)))
-        }
         _ => PaidJudgement::Retry,
     }
 }
@@ -539,8 +544,18 @@ pub(crate) mod tests {
         ));
         // With a default, the write could not have failed for the account: the item moved, retry.
         assert_eq!(
-            judge_paid(Some(rec), &facts, &key, true),
+            judge_paid(Some(rec.clone()), &facts, &key, true),
             PaidJudgement::Retry
+        );
+        // FAILED without an account: unassigned too, not a recovery that can never be written.
+        rec.status = PaymentStatus::Failed;
+        assert!(matches!(
+            judge_paid(Some(rec.clone()), &facts, &key, false),
+            PaidJudgement::Decided(PaidOutcome::Unassigned(Some(_)))
+        ));
+        assert_eq!(
+            judge_paid(Some(rec), &facts, &key, true),
+            PaidJudgement::Recover
         );
         Ok(())
     }

@@ -450,8 +450,9 @@ impl<S: Store> Pipeline<S> {
             PaidOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = p.money.amount.get();
+        let signed = Signed::of(amount, p.money.currency);
         let posted = self
-            .post(&payment, key, amount, p.money.currency, &p.reference)
+            .post(&payment, key, signed, &p.reference, resumed)
             .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::payment(key, p, account);
@@ -462,14 +463,21 @@ impl<S: Store> Pipeline<S> {
     }
 
     /// Posts `amount_minor` (signed) for `payment` under `key`, in the payment's recorded shard.
+    /// `resumed`: the movement's payment write was found done by an earlier attempt, which may
+    /// have run the previous release and posted the entry under the bare key; a timed retry
+    /// looks there first, so an upgrade in the middle of a movement never posts it twice.
     async fn post(
         &self,
         payment: &PaymentRecord,
         key: &IdempotencyKey,
-        amount_minor: i64,
-        currency: crate::domain::Currency,
+        amount: Signed,
         reference: &crate::domain::Reference,
+        resumed: bool,
     ) -> Result<PostOutcome, PipelineError> {
+        let Signed {
+            amount_minor,
+            currency,
+        } = amount;
         let account = payment
             .account
             .clone()
@@ -489,6 +497,15 @@ impl<S: Store> Pipeline<S> {
             reference: reference.clone(),
             posted_at_ms: now_ms(),
         };
+        if resumed && posting.at_ms.is_some() {
+            let legacy = Posting {
+                at_ms: None,
+                ..posting.clone()
+            };
+            if self.store.posted(&legacy).await? {
+                return Ok(PostOutcome::AlreadyPosted);
+            }
+        }
         Ok(self.store.post(&posting).await?)
     }
 
@@ -527,9 +544,9 @@ impl<S: Store> Pipeline<S> {
             .post(
                 &payment,
                 key,
-                -amount,
-                r.money.currency,
+                Signed::of(-amount, r.money.currency),
                 &r.payment_reference,
+                resumed,
             )
             .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
@@ -576,9 +593,9 @@ impl<S: Store> Pipeline<S> {
             .post(
                 &payment,
                 key,
-                amount,
-                r.money.currency,
+                Signed::of(amount, r.money.currency),
                 &r.payment_reference,
+                resumed,
             )
             .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
@@ -587,6 +604,22 @@ impl<S: Store> Pipeline<S> {
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,
         )))
+    }
+}
+
+/// A posting's signed amount: positive credits, negative debits.
+#[derive(Debug, Clone, Copy)]
+struct Signed {
+    amount_minor: i64,
+    currency: crate::domain::Currency,
+}
+
+impl Signed {
+    fn of(amount_minor: i64, currency: crate::domain::Currency) -> Self {
+        Signed {
+            amount_minor,
+            currency,
+        }
     }
 }
 

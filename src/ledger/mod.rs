@@ -128,12 +128,18 @@ pub fn shard_of_payment(payment: &PaymentRecord, key: &IdempotencyKey) -> u32 {
 
 /// When the movement under `key` was made, as the payment recorded it in the same write: the
 /// credit's `credit_at_ms`, a refund's history entry (noted with its key), a reversal's (noted
-/// `refund reversed: {refund key}`). `None` for movements made before times were recorded (and
-/// for payments without a recorded placement, whose entries keep the old sort key).
+/// `refund reversed: {refund key}`).
+///
+/// Whether a payment's entries are timed at all is decided once, by its credit: a payment paid
+/// before movement times were recorded (no `credit_at_ms`, or no recorded placement) keeps the
+/// bare sort key for *every* movement, its later refunds and reversals included, because the
+/// previous release wrote its entries that way and a retry under this code must meet them
+/// (`None` here). A timed payment's entries are all timed.
 pub fn movement_time(payment: &PaymentRecord, key: &IdempotencyKey) -> Option<i64> {
     payment.ledger_shard?;
+    let credit_at_ms = payment.credit_at_ms?;
     if payment.paid_key.as_ref() == Some(key) {
-        return payment.credit_at_ms;
+        return Some(credit_at_ms);
     }
     let reversal = key
         .refund_of_reversal()
@@ -200,6 +206,9 @@ pub trait Ledger: Sync {
     }
     /// Grows the stored layout to at least `want` (never shrinks it); returns the layout now stored.
     fn grow_layout(&self, want: Layout) -> impl Future<Output = Result<Layout, StoreError>> + Send;
+    /// Whether the entry `posting` would write exists (at its own sort key): how a resumed
+    /// movement finds an entry an earlier release posted under the bare key.
+    fn posted(&self, posting: &Posting) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Every entry of `account`, from every shard of the stored layout.
     fn entries(
         &self,

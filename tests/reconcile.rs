@@ -637,3 +637,81 @@ async fn reconciliation_converges_to_the_providers_truth_under_random_answers_an
     }
     assert_eq!(balance(&store, "w_ch").await, expected, "seed {seed}");
 }
+
+/// A failed delivery of a generic payment as the log holds it: received at `received_at_ms`.
+fn failed_delivery(
+    event_id: &str,
+    reference: &str,
+    received_at_ms: i64,
+) -> payhook::eventlog::Delivery {
+    let reference = Reference::parse(reference).unwrap();
+    payhook::eventlog::Delivery {
+        id: payhook::eventlog::Delivery::new_id(received_at_ms),
+        provider: ProviderId::GENERIC,
+        event_id: event_id.into(),
+        event_type: "payment.succeeded".into(),
+        key: Some(payhook::domain::IdempotencyKey::new(
+            ProviderId::GENERIC,
+            payhook::domain::Operation::Payment,
+            &reference,
+        )),
+        raw_body: Some(payment_body(
+            event_id,
+            reference.as_str(),
+            "w_late",
+            100,
+            "NGN",
+        )),
+        reference: Some(reference),
+        outcome: Outcome::Failed,
+        http_status: 503,
+        received_at_ms,
+        replay_of: None,
+        started_by: None,
+        redriven: None,
+    }
+}
+
+#[tokio::test]
+async fn a_failure_logged_after_a_later_arrival_was_redriven_is_still_redriven_once() {
+    // GIVEN delivery A arrives first but its failure is logged ~10 s later (a slow attempt),
+    // while B, arriving 0.4 s after A, fails at once and is re-driven by a pass
+    let store = store("rc_late").await;
+    let (providers, _) = config().providers();
+    let api = api("http://127.0.0.1:9", 300);
+    let a_arrived = payhook::domain::now_ms() - 10_000;
+    store
+        .append(&failed_delivery("e_b", "pay_b", a_arrived + 400))
+        .await
+        .unwrap();
+    let first = pass(&store, &providers, &api, settings()).await;
+
+    // WHEN A's failure is logged only now, and two more passes run
+    store
+        .append(&failed_delivery("e_a", "pay_a", a_arrived))
+        .await
+        .unwrap();
+    let second = pass(&store, &providers, &api, settings()).await;
+    let third = pass(&store, &providers, &api, settings()).await;
+
+    // THEN B is re-driven by the first pass and A by the second, each once
+    let redriven = |r: &Report| -> Vec<String> {
+        r.completed
+            .iter()
+            .filter(|f| f.kind == "failed_delivery")
+            .map(|f| f.detail.clone())
+            .collect()
+    };
+    assert_eq!(
+        redriven(&first),
+        vec!["applied: e_b".to_owned()],
+        "{first:?}"
+    );
+    assert_eq!(
+        redriven(&second),
+        vec!["applied: e_a".to_owned()],
+        "{second:?}"
+    );
+    assert!(redriven(&third).is_empty(), "{third:?}");
+    assert_eq!(balance(&store, "w_late").await, (200, 2));
+}

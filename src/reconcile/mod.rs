@@ -43,6 +43,26 @@ pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth
 /// The cursor of step 2, stored with the log.
 pub const FAILED_CURSOR: &str = "reconcile.failed_deliveries";
 
+/// How far behind its cursor each pass walks failed deliveries again. A failure is logged at the
+/// end of its attempt under an id taken when it *arrived*, so it can land behind a cursor that a
+/// later arrival, failed faster, already moved: by at most the longest attempt (15 minutes, the
+/// Lambda ceiling; payhook's attempts end within seconds) plus the difference between the clocks
+/// of the two processes that received them. Deliveries walked again carry their re-drive mark
+/// and are passed over, so each failure is still re-driven once.
+pub const REDRIVE_LAG_MS: i64 = 30 * 60_000;
+
+/// Where a pass starts walking failed deliveries: [`REDRIVE_LAG_MS`] before the stored cursor,
+/// never before the window (the first pass starts at the window).
+fn walk_start(saved: Option<&str>, window_start_ms: i64) -> String {
+    let cursor_ms = saved
+        .and_then(|c| c.get(..13))
+        .and_then(|t| t.parse::<i64>().ok());
+    let from_ms = cursor_ms.map_or(window_start_ms, |c| {
+        (c - REDRIVE_LAG_MS).max(window_start_ms)
+    });
+    format!("{:013}", from_ms.max(0))
+}
+
 /// The thresholds an operator sets ([`crate::config::Config`] reads them from
 /// `PAYHOOK_RECONCILE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,7 +270,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         for claim in store
-            .stuck_claims(now_ms(), self.settings.max_items)
+            .stuck_claims(self.pipeline.store().now_ms(), self.settings.max_items)
             .await?
         {
             if budget.spent() {
@@ -294,8 +314,10 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         budget: Budget,
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
-        let start = format!("{:013}", (now_ms() - self.settings.failed_window_ms).max(0));
-        let mut after = store.cursor(FAILED_CURSOR).await?.unwrap_or(start);
+        let window_start = (now_ms() - self.settings.failed_window_ms).max(0);
+        let saved = store.cursor(FAILED_CURSOR).await?;
+        let mut after = walk_start(saved.as_deref(), window_start);
+        let mut furthest = saved.unwrap_or_default();
         let filter = LogFilter {
             outcome: Some(Outcome::Failed),
             ..LogFilter::default()
@@ -318,7 +340,11 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                     }
                 }
                 after = d.id.to_string();
-                store.save_cursor(FAILED_CURSOR, &after).await?;
+                // The cursor only moves forward: walking the lag again never undoes progress.
+                if after > furthest {
+                    furthest.clone_from(&after);
+                    store.save_cursor(FAILED_CURSOR, &furthest).await?;
+                }
             }
         }
         Ok(())
@@ -484,7 +510,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         budget: Budget,
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
-        let before = now_ms() - self.settings.pending_after_ms;
+        let before = self.pipeline.store().now_ms() - self.settings.pending_after_ms;
         let mut open = Vec::new();
         for status in [PaymentStatus::Pending, PaymentStatus::Processing] {
             open.extend(
@@ -590,7 +616,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         status: &str,
     ) -> (Result<Answer, String>, Finding, Bucket) {
         finding.provider_answer = Some(serde_json::json!({ "status": status }));
-        let age_ms = now_ms() - p.created_at_ms;
+        let age_ms = self.pipeline.store().now_ms() - p.created_at_ms;
         if age_ms < self.settings.give_up_after_ms {
             finding.detail = format!("provider says {status}");
             return (Err(String::new()), finding, Bucket::StillUnknown);
@@ -654,3 +680,21 @@ enum Bucket {
 /// One open payment's settlement: the pipeline's answer (or why there is none), the finding to
 /// report and where it goes.
 type Settled = (Result<Answer, String>, Finding, Bucket);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_pass_walks_the_lag_behind_its_cursor_but_never_before_the_window() {
+        let window = 1_000_000_000_000;
+        assert_eq!(walk_start(None, window), format!("{window:013}"));
+        let cursor = format!("{:013}0123abcd", window + 3 * REDRIVE_LAG_MS);
+        assert_eq!(
+            walk_start(Some(&cursor), window),
+            format!("{:013}", window + 2 * REDRIVE_LAG_MS)
+        );
+        let near = format!("{:013}x", window + 5);
+        assert_eq!(walk_start(Some(&near), window), format!("{window:013}"));
+    }
+}

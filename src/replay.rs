@@ -149,6 +149,7 @@ async fn already_moved<S: Store>(
             );
             p.reversed_refund_keys.contains(&refund)
         }
+        EventKind::Dispute { .. } => p.dispute_keys.contains(key),
         _ => false,
     })
 }

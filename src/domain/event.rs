@@ -174,14 +174,28 @@ pub enum Operation {
     Refund,
     /// Credit back a refund the provider reports failed after it succeeded.
     RefundReversal,
+    /// Debit what the provider withdrew for a dispute (chargeback), once per dispute.
+    DisputeWithdrawal,
+    /// Credit what the provider gave back when the merchant won a dispute, once per dispute.
+    DisputeReinstatement,
 }
 
 impl Operation {
+    pub const ALL: [Operation; 5] = [
+        Operation::Payment,
+        Operation::Refund,
+        Operation::RefundReversal,
+        Operation::DisputeWithdrawal,
+        Operation::DisputeReinstatement,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Operation::Payment => "payment",
             Operation::Refund => "refund",
             Operation::RefundReversal => "refund_reversal",
+            Operation::DisputeWithdrawal => "dispute_withdrawal",
+            Operation::DisputeReinstatement => "dispute_reinstatement",
         }
     }
 }
@@ -218,13 +232,7 @@ impl IdempotencyKey {
     pub fn operation(&self) -> Option<Operation> {
         let (_, rest) = self.0.split_once(':')?;
         let (op, _) = rest.split_once(':')?;
-        [
-            Operation::Payment,
-            Operation::Refund,
-            Operation::RefundReversal,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == op)
+        Operation::ALL.into_iter().find(|o| o.as_str() == op)
     }
 
     /// For a refund reversal's key, the key of the refund it reverses.
@@ -260,6 +268,36 @@ pub struct RefundFacts {
     pub money: Money,
 }
 
+/// Money a provider moved for a dispute (chargeback) of a paid payment: what it withdrew from
+/// the merchant, or what it reinstated when the merchant won. `money` is the customer's money the
+/// provider moved, never its fees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisputeFacts {
+    /// The provider's dispute id (Stripe `dp_…`/`du_…`, Paystack's numeric id).
+    pub dispute: Reference,
+    pub payment_reference: Reference,
+    pub money: Money,
+}
+
+/// Which way a dispute moved money.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisputeMovement {
+    /// Taken from the merchant (debit).
+    Withdrawal,
+    /// Given back to the merchant (credit).
+    Reinstatement,
+}
+
+impl DisputeMovement {
+    pub fn operation(self) -> Operation {
+        match self {
+            DisputeMovement::Withdrawal => Operation::DisputeWithdrawal,
+            DisputeMovement::Reinstatement => Operation::DisputeReinstatement,
+        }
+    }
+}
+
 /// A state-only event (processing, failed): the money fields are checked when present.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateFacts {
@@ -285,6 +323,12 @@ pub enum EventKind {
     /// `refund.completed`): the pipeline prices it in the payment's currency, which never changes
     /// once stored, and then applies it as a [`EventKind::RefundSucceeded`].
     RefundUnpriced(UnpricedRefund),
+    /// Money the provider moved for a dispute: each way once, under its own key, whatever the
+    /// order (a reinstatement first is applied when it comes; the withdrawal still debits once).
+    Dispute {
+        facts: DisputeFacts,
+        movement: DisputeMovement,
+    },
     /// A type we log but do not act on.
     Ignored,
 }
@@ -336,6 +380,11 @@ impl NormalisedEvent {
                 Operation::Refund,
                 &u.refund_reference,
             )),
+            EventKind::Dispute { facts, movement } => Some(IdempotencyKey::new(
+                self.provider,
+                movement.operation(),
+                &facts.dispute,
+            )),
             EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
@@ -349,6 +398,7 @@ impl NormalisedEvent {
                 Some(&r.payment_reference)
             }
             EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
+            EventKind::Dispute { facts, .. } => Some(&facts.payment_reference),
             EventKind::Ignored => None,
         }
     }
@@ -362,6 +412,7 @@ impl NormalisedEvent {
                 r.payment_reference = reference
             }
             EventKind::RefundUnpriced(u) => u.payment_reference = reference,
+            EventKind::Dispute { facts, .. } => facts.payment_reference = reference,
             EventKind::Ignored => {}
         }
         self
@@ -455,6 +506,14 @@ pub enum ClaimedFacts {
         amount: i64,
         currency: String,
     },
+    /// `reference` is the dispute's id.
+    Dispute {
+        movement: DisputeMovement,
+        reference: String,
+        payment_reference: String,
+        amount: i64,
+        currency: String,
+    },
 }
 
 impl ClaimedFacts {
@@ -478,6 +537,13 @@ impl ClaimedFacts {
                 payment_reference: r.payment_reference.to_string(),
                 amount: r.money.amount.get(),
                 currency: r.money.currency.to_string(),
+            }),
+            EventKind::Dispute { facts, movement } => Some(ClaimedFacts::Dispute {
+                movement: *movement,
+                reference: facts.dispute.to_string(),
+                payment_reference: facts.payment_reference.to_string(),
+                amount: facts.money.amount.get(),
+                currency: facts.money.currency.to_string(),
             }),
             // Priced (and so claimed) only once its payment's currency is known.
             EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
@@ -548,6 +614,23 @@ impl ClaimedFacts {
                 amount,
                 &currency,
             )?),
+            ClaimedFacts::Dispute {
+                movement,
+                reference,
+                payment_reference,
+                amount,
+                currency,
+            } => {
+                let r = refund(&reference, &payment_reference, amount, &currency)?;
+                EventKind::Dispute {
+                    facts: DisputeFacts {
+                        dispute: r.refund_reference,
+                        payment_reference: r.payment_reference,
+                        money: r.money,
+                    },
+                    movement,
+                }
+            }
         })
     }
 }

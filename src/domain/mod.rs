@@ -6,8 +6,9 @@ mod money;
 mod payment;
 
 pub use event::{
-    AccountId, ClaimedFacts, EventKind, Fingerprint, IdempotencyKey, NormalisedEvent, Operation,
-    PaymentFacts, ProviderId, Reference, RefundFacts, StateFacts, TextError, UnpricedRefund,
+    AccountId, ClaimedFacts, DisputeFacts, DisputeMovement, EventKind, Fingerprint, IdempotencyKey,
+    NormalisedEvent, Operation, PaymentFacts, ProviderId, Reference, RefundFacts, StateFacts,
+    TextError, UnpricedRefund,
 };
 pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;

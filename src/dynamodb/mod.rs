@@ -8,6 +8,7 @@
 pub mod capacity;
 mod claims;
 pub mod clock;
+mod disputes;
 mod events;
 pub(crate) mod item;
 pub mod lean;

@@ -27,22 +27,35 @@ use crate::store::StoreError;
 /// Rounds of write -> judge -> write again before answering "contended" (retryable). Each failed
 /// round means another writer changed the payment, so the rounds only run out under a storm of
 /// concurrent refunds on one payment; the provider's retry then finishes it.
-const WRITE_ROUNDS: usize = 32;
+pub(super) const WRITE_ROUNDS: usize = 32;
 
-fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
+pub(super) fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
     s(format!("{provider}#{reference}"))
 }
 
 fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
-    AttributeValue::L(vec![AttributeValue::M(
-        [
-            ("at_ms".to_owned(), n(at_ms)),
-            ("status".to_owned(), s(status.as_str())),
-            ("note".to_owned(), s(note)),
-        ]
-        .into_iter()
-        .collect(),
-    )])
+    history_entry(status, note, at_ms, None)
+}
+
+/// One history entry as a one-element list (for `list_append`), with the money it moved when it
+/// is a dispute's.
+pub(super) fn history_entry(
+    status: PaymentStatus,
+    note: &str,
+    at_ms: i64,
+    amount_minor: Option<i64>,
+) -> AttributeValue {
+    let mut entry: std::collections::HashMap<String, AttributeValue> = [
+        ("at_ms".to_owned(), n(at_ms)),
+        ("status".to_owned(), s(status.as_str())),
+        ("note".to_owned(), s(note)),
+    ]
+    .into_iter()
+    .collect();
+    if let Some(amount) = amount_minor {
+        entry.insert("amount_minor".to_owned(), n(amount));
+    }
+    AttributeValue::L(vec![AttributeValue::M(entry)])
 }
 
 /// Keys as stored in a string set.
@@ -53,7 +66,7 @@ fn keys(stored: Vec<String>) -> Vec<IdempotencyKey> {
         .collect()
 }
 
-fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
+pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
     let r = Reader::new(item, table);
     let history = r
         .list("history")
@@ -65,9 +78,11 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
                 at_ms: h.num("at_ms")?,
                 status: h.parsed("status", |t| PaymentStatus::parse(t).ok_or(()))?,
                 note: h.str("note")?.to_owned(),
+                amount_minor: h.opt_num("amount_minor")?,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
+    let disputes = crate::payments::disputes::disputes_of(&history);
     Ok(PaymentRecord {
         provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
         reference: r.parsed("reference", Reference::parse)?,
@@ -89,6 +104,9 @@ fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
         paid_key: r
             .opt_str("paid_key")
             .map(|k| IdempotencyKey::from_stored(k.to_owned())),
+        dispute_keys: keys(r.str_set("dispute_keys")),
+        disputed_minor: r.opt_num("disputed_minor")?.unwrap_or(0),
+        disputes,
         ledger_shard: r
             .opt_num("ledger_shard")?
             .map(|v| u32::try_from(v).map_err(|_| r.corrupt("ledger_shard out of range")))
@@ -239,7 +257,7 @@ impl DynamoStore {
         ))
     }
 
-    async fn read_payment(
+    pub(super) async fn read_payment(
         &self,
         provider: ProviderId,
         reference: &Reference,
@@ -259,7 +277,7 @@ impl DynamoStore {
 
     /// Sends a conditional update; `Ok(Ok(new))` on success, `Ok(Err(old))` when the condition
     /// failed (old read back if the server did not return it).
-    async fn conditional_update(
+    pub(super) async fn conditional_update(
         &self,
         update: UpdateItemFluentBuilder,
         provider: ProviderId,
@@ -287,7 +305,7 @@ impl DynamoStore {
         }
     }
 
-    fn payment_update(
+    pub(super) fn payment_update(
         &self,
         provider: ProviderId,
         reference: &Reference,
@@ -645,6 +663,16 @@ impl Payments for DynamoStore {
             }
         }
         Ok(RefundOutcome::Contended)
+    }
+
+    async fn dispute(
+        &self,
+        provider: ProviderId,
+        facts: &crate::domain::DisputeFacts,
+        movement: crate::domain::DisputeMovement,
+        key: &IdempotencyKey,
+    ) -> Result<crate::payments::DisputeOutcome, StoreError> {
+        self.apply_dispute(provider, facts, movement, key).await
     }
 
     async fn reverse_refund(

@@ -5,13 +5,17 @@
 //! are pure: they read the payment as it is after a failed write and say what it means or
 //! where to aim the next write ([`judge_paid`], [`judge_refund`], [`judge_reversal`]).
 
+pub mod disputes;
+
 use std::future::Future;
 
 use serde::Serialize;
 
+pub use disputes::{judge_dispute, DisputeJudgement, DisputeOutcome, DisputeView};
+
 use crate::domain::{
-    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
-    RefundFacts, StateFacts,
+    AccountId, Currency, DisputeFacts, DisputeMovement, IdempotencyKey, Money, PaymentFacts,
+    PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
 };
 use crate::store::StoreError;
 
@@ -29,6 +33,13 @@ pub struct PaymentRecord {
     /// Refunds the provider reported failed: credited back if they had been applied, void if not.
     pub reversed_refund_keys: Vec<IdempotencyKey>,
     pub paid_key: Option<IdempotencyKey>,
+    /// Keys of the dispute movements applied (withdrawals and reinstatements), recorded in the
+    /// same write that applies each.
+    pub dispute_keys: Vec<IdempotencyKey>,
+    /// Withdrawn by disputes less reinstated: money the provider took back.
+    pub disputed_minor: i64,
+    /// Each dispute and how it ended, read from the history (not stored on its own).
+    pub disputes: Vec<DisputeView>,
     /// The ledger shard of this payment's entries (its credit, refunds and reversals), decided
     /// once, in the write that made it PAID. `None` only for payments paid before it was stored.
     pub ledger_shard: Option<u32>,
@@ -45,6 +56,9 @@ pub struct HistoryEntry {
     pub at_ms: i64,
     pub status: PaymentStatus,
     pub note: String,
+    /// The money a dispute movement moved (absent on other entries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount_minor: Option<i64>,
 }
 
 /// A money field that differs from what the payment already holds.
@@ -196,6 +210,9 @@ fn placeholder(facts: &PaymentFacts) -> PaymentRecord {
         refund_keys: Vec::new(),
         reversed_refund_keys: Vec::new(),
         paid_key: None,
+        dispute_keys: Vec::new(),
+        disputed_minor: 0,
+        disputes: Vec::new(),
         ledger_shard: None,
         credit_at_ms: None,
         history: Vec::new(),
@@ -283,7 +300,13 @@ pub fn judge_refund(
         }
         PaymentStatus::Paid | PaymentStatus::PartiallyRefunded | PaymentStatus::Refunded => {
             let amount = facts.money.amount.get();
-            match e.amount_minor.unwrap_or(0).checked_sub(e.refunded_minor) {
+            // What can still be refunded: paid, less refunded, less what disputes took.
+            let remainder = e
+                .amount_minor
+                .unwrap_or(0)
+                .checked_sub(e.refunded_minor)
+                .and_then(|r| r.checked_sub(e.disputed_minor));
+            match remainder {
                 Some(r) if r == amount => RefundJudgement::Aim(PaymentStatus::Refunded),
                 Some(r) if r > amount => RefundJudgement::Aim(PaymentStatus::PartiallyRefunded),
                 _ => Decided(RefundOutcome::Refused {
@@ -295,7 +318,7 @@ pub fn judge_refund(
     }
 }
 
-fn currency_mismatch(e: &PaymentRecord, received: Currency) -> Option<Mismatch> {
+pub(crate) fn currency_mismatch(e: &PaymentRecord, received: Currency) -> Option<Mismatch> {
     e.currency.filter(|c| *c != received).map(|c| Mismatch {
         field: "currency",
         stored: c.to_string(),
@@ -421,6 +444,14 @@ pub trait Payments: Sync {
         facts: &RefundFacts,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<RefundOutcome, StoreError>> + Send;
+    /// Records a dispute movement (`key`: its withdrawal's or reinstatement's) on its payment.
+    fn dispute(
+        &self,
+        provider: ProviderId,
+        facts: &DisputeFacts,
+        movement: DisputeMovement,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<DisputeOutcome, StoreError>> + Send;
     /// Reverses the refund keyed `refund_key` (its own key, not the reversal's).
     fn reverse_refund(
         &self,
@@ -470,6 +501,13 @@ pub(crate) mod tests {
             op,
             &Reference::parse(r)?,
         ))
+    }
+
+    /// A payment in `status` with the test's money and account.
+    pub(crate) fn record(status: PaymentStatus) -> R<PaymentRecord> {
+        let (mut rec, _) = paid("generic:payment:pay_1")?;
+        rec.status = status;
+        Ok(rec)
     }
 
     fn paid(key: &str) -> R<(PaymentRecord, PaymentFacts)> {

@@ -2,6 +2,8 @@
 //! Knows neither HTTP nor DynamoDB: it answers with an [`Answer`] (status + body) that the http
 //! layer sends and the claim stores for replay.
 
+mod disputes;
+
 use serde::Serialize;
 
 use crate::domain::{
@@ -114,6 +116,23 @@ impl<'a> Applied<'a> {
             account,
             amount: p.money.amount.get(),
             currency: p.money.currency.as_str(),
+        }
+    }
+
+    /// A dispute's withdrawal or reinstatement (`amount` what moved, positive either way).
+    pub fn dispute(
+        key: &'a IdempotencyKey,
+        d: &'a crate::domain::DisputeFacts,
+        account: &'a str,
+    ) -> Self {
+        Applied {
+            status: "applied",
+            key: key.as_str(),
+            reference: d.dispute.as_str(),
+            payment_reference: Some(d.payment_reference.as_str()),
+            account,
+            amount: d.money.amount.get(),
+            currency: d.money.currency.as_str(),
         }
     }
 
@@ -262,7 +281,8 @@ impl<S: Store> Pipeline<S> {
             }
             EventKind::PaymentSucceeded(_)
             | EventKind::RefundSucceeded(_)
-            | EventKind::RefundReversed(_) => self.money(ev, lease_ms).await,
+            | EventKind::RefundReversed(_)
+            | EventKind::Dispute { .. } => self.money(ev, lease_ms).await,
             // Still unpriced: its payment (and so its currency) is not known yet.
             EventKind::RefundUnpriced(u) => Ok(parked(&IdempotencyKey::new(
                 ev.provider,
@@ -397,6 +417,7 @@ impl<S: Store> Pipeline<S> {
             EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
             EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
             EventKind::RefundReversed(r) => self.reverse(ev, r, key).await,
+            EventKind::Dispute { facts, movement } => self.dispute(ev, facts, *movement, key).await,
             // `money` only calls this for money events; anything else moves nothing.
             EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
                 Ok(Settled::NothingMoved(ignored(ev)))
@@ -643,7 +664,7 @@ fn applied(body: &Applied<'_>, all_done_before: bool) -> Answer {
 }
 
 fn parked(key: &IdempotencyKey) -> Answer {
-    let why = "the refunded payment is not PAID yet; retry later";
+    let why = "the payment this moves money of is not PAID yet; retry later";
     retry_later(
         key,
         "payment_not_paid",

@@ -1,0 +1,81 @@
+//! Disputes in the pipeline: the money a provider took back from the merchant (withdrawal,
+//! debited) or gave back (reinstatement, credited), each once under its own key, on the
+//! payment's recorded account and ledger shard. A dispute may take a balance below zero: the
+//! provider has already taken the money, so it is applied, never refused, and reported.
+
+use super::{
+    applied, conflict, contended, parked, Applied, Pipeline, PipelineError, Settled, Signed, Store,
+};
+use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
+use crate::ledger::PostOutcome;
+use crate::payments::DisputeOutcome;
+
+impl<S: Store> Pipeline<S> {
+    pub(super) async fn dispute(
+        &self,
+        ev: &NormalisedEvent,
+        facts: &DisputeFacts,
+        movement: DisputeMovement,
+        key: &IdempotencyKey,
+    ) -> Result<Settled, PipelineError> {
+        let (payment, resumed) = match self
+            .store
+            .dispute(ev.provider, facts, movement, key)
+            .await?
+        {
+            DisputeOutcome::Applied(p) => (p, false),
+            DisputeOutcome::AlreadyApplied(p) => (p, true),
+            // Not paid yet: no account or shard to move money on; the provider (or
+            // reconciliation's parked step) re-drives it once the payment is paid.
+            DisputeOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
+            DisputeOutcome::Mismatch(m, _) => {
+                return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
+            }
+            DisputeOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
+        };
+        let amount = facts.money.amount.get();
+        let signed = match movement {
+            DisputeMovement::Withdrawal => -amount,
+            DisputeMovement::Reinstatement => amount,
+        };
+        let posted = self
+            .post(
+                &payment,
+                key,
+                Signed::of(signed, facts.money.currency),
+                &facts.payment_reference,
+                resumed,
+            )
+            .await?;
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
+        if movement == DisputeMovement::Withdrawal && posted == PostOutcome::Posted {
+            self.report_below_zero(payment.account.as_ref(), facts, key)
+                .await;
+        }
+        let body = Applied::dispute(key, facts, account);
+        Ok(Settled::Final(applied(
+            &body,
+            resumed && posted == PostOutcome::AlreadyPosted,
+        )))
+    }
+
+    /// Says so (a warning log line, for the operator's alarm) when a withdrawal took the
+    /// account below zero in the dispute's currency. Best effort: a read that fails says nothing
+    /// and the money stays moved.
+    async fn report_below_zero(
+        &self,
+        account: Option<&AccountId>,
+        facts: &DisputeFacts,
+        key: &IdempotencyKey,
+    ) {
+        let Some(account) = account else { return };
+        let Ok(balance) = self.store.balance(account).await else {
+            return;
+        };
+        let currency = facts.money.currency;
+        if let Some(b) = balance.balances.get(&currency).filter(|b| **b < 0) {
+            tracing::warn!(account = %account, %currency, balance_minor = *b, key = %key,
+                "a dispute withdrawal took the account below zero: the provider has already taken the money");
+        }
+    }
+}

@@ -209,12 +209,18 @@ async fn stripe_samples_apply_and_the_charge_and_intent_credit_once() {
         step("payment_intent_succeeded.json", "applied", true),
         step("charge_refunded.json", "applied", false),
         step("refund_created.json", "applied", false),
+        // An inquiry withdraws nothing; a chargeback withdraws what its balance transaction
+        // moved (the whole 4,999, more than the 3,499 left: the balance goes below zero), and
+        // the won dispute's reinstatement gives it back.
+        step("charge_dispute_created_inquiry.json", "ignored", false),
+        step("charge_dispute_funds_withdrawn.json", "applied", false),
+        step("charge_dispute_funds_reinstated.json", "applied", false),
         // A declined attempt leaves the intent open: logged, not FAILED.
         step("payment_intent_payment_failed.json", "ignored", false),
         step("payment_intent_canceled.json", "applied", false),
     ];
     run_samples(ProviderId::STRIPE, &steps, &app, &store).await;
-    assert_balance(&store, &[("USD", 4999 - 1000 - 500)], 3).await;
+    assert_balance(&store, &[("USD", 4999 - 1000 - 500 - 4999 + 4999)], 5).await;
 }
 
 #[tokio::test]
@@ -228,9 +234,12 @@ async fn paystack_samples_apply_and_a_replayed_request_is_a_replay() {
         step("refund_pending.json", "ignored", false),
         step("refund_processed.json", "applied", false),
         step("refund_failed.json", "ignored", false),
+        // Paystack takes a dispute's money when it is resolved against the merchant.
+        step("charge_dispute_create.json", "ignored", false),
+        step("charge_dispute_resolve.json", "applied", false),
     ];
     run_samples(ProviderId::PAYSTACK, &steps, &app, &store).await;
-    assert_balance(&store, &[("NGN", 500_000 - 200_000)], 2).await;
+    assert_balance(&store, &[("NGN", 500_000 - 200_000 - 300_000)], 3).await;
 }
 
 #[tokio::test]

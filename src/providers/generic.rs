@@ -11,8 +11,8 @@ use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    EventKind, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts,
-    StateFacts,
+    DisputeFacts, DisputeMovement, EventKind, NormalisedEvent, PaymentFacts, PaymentStatus,
+    ProviderId, Reference, RefundFacts, StateFacts,
 };
 
 pub const ID: ProviderId = ProviderId::from_static("generic");
@@ -172,6 +172,8 @@ impl Provider for Generic {
             "refund.succeeded" => EventKind::RefundSucceeded(refund(&f)?),
             // The refund failed after it succeeded (or before it ever did): credit it back / void it.
             "refund.failed" => EventKind::RefundReversed(refund(&f)?),
+            "dispute.funds_withdrawn" => dispute(&f, DisputeMovement::Withdrawal)?,
+            "dispute.funds_reinstated" => dispute(&f, DisputeMovement::Reinstatement)?,
             // Anything else is acknowledged and logged, so the provider stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -214,6 +216,19 @@ fn refund(f: &Fields<'_>) -> Result<RefundFacts, PayloadError> {
         refund_reference: f.reference("data.reference")?,
         payment_reference: f.reference("data.payment_reference")?,
         money: f.money("data.amount", "data.currency")?,
+    })
+}
+
+/// `data.dispute` (its id), `data.reference` (the disputed payment), `data.amount` and
+/// `data.currency`: the money the sender moved for it, fees excluded.
+fn dispute(f: &Fields<'_>, movement: DisputeMovement) -> Result<EventKind, PayloadError> {
+    Ok(EventKind::Dispute {
+        facts: DisputeFacts {
+            dispute: f.reference("data.dispute")?,
+            payment_reference: f.reference("data.reference")?,
+            money: f.money("data.amount", "data.currency")?,
+        },
+        movement,
     })
 }
 

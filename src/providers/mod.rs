@@ -79,6 +79,27 @@ pub trait Provider: Send + Sync {
     /// (one place per provider knows its payloads, so webhook and API never disagree about an
     /// amount). Only a status the provider documents as final ends a payment.
     fn read_api(&self, reference: &Reference, body: &[u8]) -> Result<ProviderTruth, PayloadError>;
+
+    /// The path of one page of the provider's dispute list (disputes created since `since_s`,
+    /// the page after `cursor`), for reconciliation's backstop. `None`: it lists none.
+    fn disputes_path(&self, _since_s: i64, _cursor: Option<&str>) -> Option<String> {
+        None
+    }
+
+    /// One page of that list: each dispute's money movements, mapped by the same code as the
+    /// provider's dispute webhooks, and the cursor of the next page.
+    fn read_disputes(&self, _body: &[u8]) -> Result<DisputePage, PayloadError> {
+        Ok(DisputePage::default())
+    }
+}
+
+/// One page of a provider's dispute list, mapped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DisputePage {
+    /// Withdrawals and reinstatements ([`EventKind::Dispute`]), as the webhooks would carry them.
+    pub movements: Vec<EventKind>,
+    /// The cursor of the next page, when there is one.
+    pub next: Option<String>,
 }
 
 /// What a provider's API says about a payment, for reconciliation.
@@ -147,6 +168,11 @@ impl Providers {
             .iter()
             .find(|a| a.id() == id)
             .map(|a| a.as_ref())
+    }
+
+    /// Every configured adapter.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Provider> {
+        self.adapters.iter().map(|a| a.as_ref())
     }
 
     pub fn configured(&self) -> Vec<ProviderId> {

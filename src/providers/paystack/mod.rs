@@ -11,6 +11,8 @@
 //! - `refund.pending`, `refund.processing`, `refund.failed`, `refund.needs-attention` and every
 //!   other event -> ignored: they move no money. Paystack sends no webhook for a failed charge.
 
+mod disputes;
+
 use http::HeaderMap;
 use serde_json::Value;
 
@@ -145,6 +147,7 @@ impl Provider for Paystack {
         let kind = match event_type.as_str() {
             "charge.success" => self.charge_success(&f)?,
             "refund.processed" => refund_processed(&f)?,
+            "charge.dispute.resolve" => disputes::dispute_resolved(&f)?,
             // Anything else is acknowledged and logged, so Paystack stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -160,6 +163,14 @@ impl Provider for Paystack {
 
     fn api_path(&self, reference: &Reference) -> String {
         format!("/transaction/verify/{reference}")
+    }
+
+    fn disputes_path(&self, since_s: i64, cursor: Option<&str>) -> Option<String> {
+        Some(disputes::list_path(since_s, cursor))
+    }
+
+    fn read_disputes(&self, body: &[u8]) -> Result<super::DisputePage, PayloadError> {
+        disputes::read_list(body)
     }
 
     /// `GET /transaction/verify/{reference}` answers `{"status":true,"data":{…}}` whose `data` is

@@ -14,6 +14,8 @@
 //! - `refund.failed`, and those refund events with status `failed` or `canceled` -> a reversal
 //!   of that refund (credited back if it was applied, voided if not).
 
+mod disputes;
+
 use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
@@ -212,6 +214,7 @@ impl Provider for Stripe {
             "refund.created" | "refund.updated" | "charge.refund.updated" | "refund.failed" => {
                 refund_event(&f)?
             }
+            t if t.starts_with("charge.dispute.") => disputes::dispute_event(&f, t)?,
             // Anything else is acknowledged and logged, so Stripe stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -226,6 +229,14 @@ impl Provider for Stripe {
 
     fn api_path(&self, reference: &Reference) -> String {
         format!("/v1/payment_intents/{reference}")
+    }
+
+    fn disputes_path(&self, since_s: i64, cursor: Option<&str>) -> Option<String> {
+        Some(disputes::list_path(since_s, cursor))
+    }
+
+    fn read_disputes(&self, body: &[u8]) -> Result<super::DisputePage, PayloadError> {
+        disputes::read_list(body)
     }
 
     /// `GET /v1/payment_intents/{id}` answers the PaymentIntent itself: read as the object of a

@@ -458,6 +458,41 @@ async fn every_movement_and_state_change_becomes_one_event_with_a_stable_id() {
         .status;
     assert_eq!(status.as_str(), "PAID");
 
+    // AND a dispute of it: the withdrawal and the reinstatement are one event each, the
+    // payment's own change (no new status) none, and a duplicate nothing
+    let dispute = |id: &str, kind: &str| {
+        event_body(
+            id,
+            kind,
+            json!({"dispute": "dsp_1", "reference": "pay_2", "amount": 700, "currency": "NGN"}),
+        )
+    };
+    let evs = h.deliver(dispute("e10", "dispute.funds_withdrawn")).await;
+    assert_eq!(
+        kinds(&evs),
+        [(
+            "payhook.dispute.funds_withdrawn",
+            "generic:dispute_withdrawal:dsp_1"
+        )]
+    );
+    assert_eq!(
+        (&evs[0].1["amount_minor"], &evs[0].1["payment_reference"]),
+        (&json!("-700"), &json!("pay_2"))
+    );
+    assert!(h
+        .deliver(dispute("e10", "dispute.funds_withdrawn"))
+        .await
+        .is_empty());
+    let evs = h.deliver(dispute("e11", "dispute.funds_reinstated")).await;
+    assert_eq!(
+        kinds(&evs),
+        [(
+            "payhook.dispute.funds_reinstated",
+            "generic:dispute_reinstatement:dsp_1"
+        )]
+    );
+    assert_eq!(evs[0].1["amount_minor"], "700");
+
     // AND growing the stored layout (an item of the ledger table) is no event
     let s = store.clone();
     let grow = async move {
@@ -476,6 +511,6 @@ async fn every_movement_and_state_change_becomes_one_event_with_a_stable_id() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), h.ids.len(), "{:?}", h.ids);
-    assert_eq!(h.ids.len(), 11, "{:?}", h.ids);
+    assert_eq!(h.ids.len(), 13, "{:?}", h.ids);
     eprintln!("events: {:?}", h.ids);
 }

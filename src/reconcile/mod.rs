@@ -15,10 +15,15 @@
 //!    final fails a payment; one still not final after `give_up_after_ms` is no longer asked
 //!    about (reported `abandoned`; its webhook can still pay it).
 //!
-//! Steps 1–3 touch only the store, so they run first: a slow provider can only cut step 4 short,
-//! and a step cut short by the budget resumes on the next pass.
+//! 5. disputes: where a provider's API lists them, the disputes created within a window, mapped
+//!    as their webhooks are; a withdrawal or reinstatement the payment does not record yet is
+//!    applied through the pipeline under the same key (a dispute whose webhooks never came).
+//!
+//! Steps 1–3 touch only the store, so they run first: a slow provider can only cut steps 4 and
+//! 5 short, and a step cut short by the budget resumes on the next pass.
 
 pub mod api;
+mod disputes;
 pub mod invoke;
 
 use std::ops::ControlFlow;
@@ -104,6 +109,9 @@ pub struct ReconcileSettings {
     pub call_timeout_ms: i64,
     /// Wall time of a pass (inside Lambda: the invocation's deadline less a margin).
     pub budget_ms: i64,
+    /// How far back disputes are listed (by creation): longer than a dispute takes to be won
+    /// and reinstated (Stripe: up to about 75 days).
+    pub dispute_window_ms: i64,
 }
 
 impl Default for ReconcileSettings {
@@ -118,6 +126,7 @@ impl Default for ReconcileSettings {
             concurrency: 8,
             call_timeout_ms: 5_000,
             budget_ms: 60_000,
+            dispute_window_ms: 120 * 86_400_000,
         }
     }
 }
@@ -245,6 +254,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         self.redrive_failed_deliveries(&mut report, budget).await?;
         self.redrive_parked_refunds(&mut report, budget).await?;
         self.ask_about_open_payments(&mut report, budget).await?;
+        self.reconcile_disputes(&mut report, budget).await?;
         Ok(report)
     }
 

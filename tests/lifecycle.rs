@@ -34,6 +34,14 @@ fn refund(id: &str, rfd: &str, r: &str, amount: i64) -> String {
     )
 }
 
+fn dispute(id: &str, kind: &str, dsp: &str, r: &str, amount: i64) -> String {
+    event_body(
+        id,
+        kind,
+        json!({"dispute": dsp, "reference": r, "amount": amount, "currency": "NGN"}),
+    )
+}
+
 async fn status(store: &DynamoStore, r: &str) -> Option<PaymentStatus> {
     store
         .payment(ProviderId::GENERIC, &Reference::parse(r).unwrap())
@@ -438,8 +446,9 @@ async fn a_refund_racing_its_payment_ends_correct_after_redelivery() {
 
 #[tokio::test]
 async fn every_order_of_events_ends_in_the_same_state() {
-    // GIVEN processing, failed (a declined first try), succeeded, two partial refunds and a
-    // duplicate of each (10 deliveries)
+    // GIVEN processing, failed (a declined first try), succeeded, two partial refunds, a dispute
+    // withdrawn and reinstated (won), another withdrawn (lost), and a duplicate of each (16
+    // deliveries)
     let store = store("perm").await;
     let app = app(store.clone(), 30_000);
     let seed: u64 = std::env::var("PAYHOOK_TEST_SEED")
@@ -456,6 +465,27 @@ async fn every_order_of_events_ends_in_the_same_state() {
             pay("e_paid", &r, &acct, 10_000),
             refund("e_rf1", &format!("{r}_rf1"), &r, 2_500),
             refund("e_rf2", &format!("{r}_rf2"), &r, 1_500),
+            dispute(
+                "e_dw1",
+                "dispute.funds_withdrawn",
+                &format!("{r}_d1"),
+                &r,
+                3_000,
+            ),
+            dispute(
+                "e_dr1",
+                "dispute.funds_reinstated",
+                &format!("{r}_d1"),
+                &r,
+                3_000,
+            ),
+            dispute(
+                "e_dw2",
+                "dispute.funds_withdrawn",
+                &format!("{r}_d2"),
+                &r,
+                1_000,
+            ),
         ];
         let mut queue: Vec<String> = events.iter().chain(events.iter()).cloned().collect();
         queue.shuffle(&mut rng);
@@ -471,7 +501,8 @@ async fn every_order_of_events_ends_in_the_same_state() {
             rounds += 1;
             assert!(rounds < 100, "seed {seed} order {order}: never settled");
         }
-        // THEN always PARTIALLY_REFUNDED, 10000 - 2500 - 1500, three entries
+        // THEN always PARTIALLY_REFUNDED, 10000 - 2500 - 1500 - 3000 + 3000 - 1000, six entries,
+        // and the payment shows the won and the lost dispute
         assert_eq!(
             status(&store, &r).await,
             Some(PaymentStatus::PartiallyRefunded),
@@ -479,7 +510,26 @@ async fn every_order_of_events_ends_in_the_same_state() {
         );
         assert_eq!(
             balance(&store, &acct).await,
-            (6_000, 3),
+            (5_000, 6),
+            "seed {seed} order {order}"
+        );
+        let p = store
+            .payment(ProviderId::GENERIC, &Reference::parse(&r).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let mut ended: Vec<(&str, i64)> = p
+            .disputes
+            .iter()
+            .map(|d| (d.status, d.withdrawn_minor - d.reinstated_minor))
+            .collect();
+        ended.sort();
+        assert_eq!(
+            (ended, p.disputed_minor),
+            (
+                vec![("funds_reinstated", 0), ("funds_withdrawn", 1_000)],
+                1_000
+            ),
             "seed {seed} order {order}"
         );
     }

@@ -1,0 +1,567 @@
+//! Disputes (chargebacks), debited and reinstated exactly once (#22): for each provider that
+//! reports them, against dynalite through the real router.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use axum::body::Body;
+use axum::http::Request;
+use common::*;
+use payhook::cli::client::sign_headers;
+use payhook::config::Config;
+use payhook::domain::{AccountId, Currency, ProviderId, Reference};
+use payhook::dynamodb::DynamoStore;
+use payhook::eventlog::{EventLog, Outcome};
+use payhook::http::App;
+use payhook::ledger::Ledger;
+use payhook::payments::Payments;
+use payhook::pipeline::Pipeline;
+use payhook::reconcile::{ApiEndpoint, HttpProviderApi, ReconcileSettings, Reconciler};
+use payhook::runtime::build_app;
+use serde_json::{json, Value};
+
+const LEASE_MS: i64 = 150;
+const PAYSTACK: &str = "sk_test_payhook_tests_paystack_secret_key";
+const STRIPE: &str = "whsec_payhook_tests_stripe_endpoint_secret";
+
+fn config() -> Config {
+    Config::from_lookup(|name| match name {
+        "PAYHOOK_GENERIC_SECRETS" => Some(SECRET.to_owned()),
+        "PAYHOOK_PAYSTACK_SECRETS" => Some(PAYSTACK.to_owned()),
+        "PAYHOOK_STRIPE_SECRETS" => Some(STRIPE.to_owned()),
+        "PAYHOOK_LEASE_MS" => Some(LEASE_MS.to_string()),
+        _ => None,
+    })
+    .unwrap()
+}
+
+fn app_of(store: &DynamoStore) -> Arc<App<DynamoStore>> {
+    let mut app = build_app(&config(), store.clone());
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
+    app
+}
+
+fn request(provider: ProviderId, body: &str) -> Request<Body> {
+    let mut req =
+        Request::post(format!("/webhooks/{provider}")).header("content-type", "application/json");
+    let id = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|b| b["id"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "msg".into());
+    for (k, v) in sign_headers(provider, &config(), body.as_bytes(), &id, now_s()).unwrap() {
+        req = req.header(k, v);
+    }
+    req.body(Body::from(body.to_owned())).unwrap()
+}
+
+async fn deliver(app: &Arc<App<DynamoStore>>, provider: ProviderId, body: &str) -> Resp {
+    send(app, request(provider, body)).await
+}
+
+/// (balance in `currency`, entries) of `acct`.
+async fn balance(store: &DynamoStore, acct: &str, currency: &str) -> (i64, u64) {
+    let b = store
+        .balance(&AccountId::parse(acct).unwrap())
+        .await
+        .unwrap();
+    let c = Currency::parse(currency).unwrap();
+    (b.balances.get(&c).copied().unwrap_or(0), b.entries)
+}
+
+// ------------------------------------------------------------------------------------ payloads
+
+fn stripe_intent(pi: &str, amount: i64) -> String {
+    json!({"id": format!("evt_pay_{pi}"), "object": "event", "type": "payment_intent.succeeded",
+        "data": {"object": {"id": pi, "object": "payment_intent", "amount": amount,
+            "amount_received": amount, "currency": "usd", "status": "succeeded",
+            "metadata": {"account": "w_stripe"}}}})
+    .to_string()
+}
+
+fn stripe_refund(pi: &str, re: &str, amount: i64) -> String {
+    json!({"id": format!("evt_{re}"), "object": "event", "type": "refund.created",
+        "data": {"object": {"id": re, "object": "refund", "amount": amount, "currency": "usd",
+            "payment_intent": pi, "status": "succeeded"}}})
+    .to_string()
+}
+
+/// A Stripe dispute event of `pi` whose balance transactions are `(category, amount)`.
+fn stripe_dispute(kind: &str, dp: &str, pi: &str, amount: i64, txns: &[(&str, i64)]) -> String {
+    let txns: Vec<Value> = txns
+        .iter()
+        .enumerate()
+        .map(|(i, (category, a))| {
+            json!({"id": format!("txn_{dp}_{i}"), "object": "balance_transaction", "amount": a,
+                "currency": "usd", "fee": if *a < 0 { 1500 } else { 0 }, "net": a,
+                "reporting_category": category, "type": "adjustment", "source": dp})
+        })
+        .collect();
+    let status = if txns.is_empty() {
+        "warning_needs_response"
+    } else {
+        "needs_response"
+    };
+    json!({"id": format!("evt_{kind}_{dp}"), "object": "event", "type": kind,
+        "data": {"object": {"id": dp, "object": "dispute", "amount": amount, "currency": "usd",
+            "charge": format!("ch_{pi}"), "payment_intent": pi, "status": status,
+            "balance_transactions": txns}}})
+    .to_string()
+}
+
+fn withdrawn(dp: &str, pi: &str, amount: i64) -> String {
+    stripe_dispute(
+        "charge.dispute.funds_withdrawn",
+        dp,
+        pi,
+        amount,
+        &[("dispute", -amount)],
+    )
+}
+
+fn reinstated(dp: &str, pi: &str, amount: i64) -> String {
+    stripe_dispute(
+        "charge.dispute.funds_reinstated",
+        dp,
+        pi,
+        amount,
+        &[("dispute", -amount), ("dispute_reversal", amount)],
+    )
+}
+
+fn paystack_charge(reference: &str, amount: i64) -> String {
+    json!({"event": "charge.success", "data": {"id": 1, "status": "success",
+        "reference": reference, "amount": amount, "currency": "NGN",
+        "metadata": {"account": "w_paystack"}}})
+    .to_string()
+}
+
+fn paystack_resolve(id: i64, reference: &str, refund_amount: i64, resolution: &str) -> String {
+    json!({"event": "charge.dispute.resolve", "data": {"id": id, "refund_amount": refund_amount,
+        "currency": "NGN", "status": "resolved", "resolution": resolution, "domain": "test",
+        "category": "chargeback", "transaction": {"id": 1, "reference": reference,
+        "amount": refund_amount, "currency": "NGN", "status": "reversed"}}})
+    .to_string()
+}
+
+fn paystack_refund(refund_id: i64, reference: &str, amount: i64) -> String {
+    json!({"event": "refund.processed", "data": {"id": refund_id, "status": "processed",
+        "transaction_reference": reference, "amount": amount.to_string(), "currency": "NGN"}})
+    .to_string()
+}
+
+fn generic_dispute(kind: &str, dispute: &str, reference: &str, amount: i64) -> String {
+    event_body(
+        &format!("e_{kind}_{dispute}"),
+        kind,
+        json!({"dispute": dispute, "reference": reference, "amount": amount, "currency": "NGN"}),
+    )
+}
+
+// --------------------------------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn a_withdrawal_debits_once_under_twenty_concurrent_duplicates_for_each_provider() {
+    // GIVEN a paid payment with each provider
+    let store = store("dp_race").await;
+    let app = app_of(&store);
+    let cases = [
+        (
+            ProviderId::GENERIC,
+            payment_body("e_pay", "pay_g", "w_generic", 10_000, "NGN"),
+            generic_dispute("dispute.funds_withdrawn", "dsp_g", "pay_g", 4_000),
+            ("w_generic", "NGN", 6_000),
+        ),
+        (
+            ProviderId::STRIPE,
+            stripe_intent("pi_race", 4_999),
+            withdrawn("dp_race", "pi_race", 4_999),
+            ("w_stripe", "USD", 0),
+        ),
+        (
+            ProviderId::PAYSTACK,
+            paystack_charge("T_race", 500_000),
+            paystack_resolve(7, "T_race", 200_000, "merchant-accepted"),
+            ("w_paystack", "NGN", 300_000),
+        ),
+    ];
+    for (provider, pay, dispute, (acct, currency, left)) in cases {
+        assert_eq!(deliver(&app, provider, &pay).await.status, 200);
+
+        // WHEN the withdrawal arrives twenty times at once
+        let answers =
+            futures::future::join_all((0..20).map(|_| deliver(&app, provider, &dispute))).await;
+
+        // THEN it is debited once: one fresh answer, the rest replays or in-flight retries
+        let fresh = answers
+            .iter()
+            .filter(|a| a.status == 200 && !a.replayed)
+            .count();
+        assert_eq!(fresh, 1, "{provider}: {answers:?}");
+        assert!(
+            answers.iter().all(|a| a.status == 200 || a.status == 409),
+            "{answers:?}"
+        );
+        assert_eq!(
+            balance(&store, acct, currency).await,
+            (left, 2),
+            "{provider}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_reinstatement_credits_once_and_one_before_its_withdrawal_converges() {
+    // GIVEN two paid Stripe payments
+    let store = store("dp_order").await;
+    let app = app_of(&store);
+    for pi in ["pi_a", "pi_b"] {
+        assert_eq!(
+            deliver(&app, ProviderId::STRIPE, &stripe_intent(pi, 5_000))
+                .await
+                .status,
+            200
+        );
+    }
+
+    // WHEN one dispute is withdrawn then reinstated, and the other's reinstatement arrives
+    // first; each event twice
+    for body in [
+        withdrawn("dp_a", "pi_a", 5_000),
+        reinstated("dp_a", "pi_a", 5_000),
+        reinstated("dp_b", "pi_b", 5_000),
+        withdrawn("dp_b", "pi_b", 5_000),
+    ] {
+        let first = deliver(&app, ProviderId::STRIPE, &body).await;
+        assert_eq!(
+            (first.status, first.replayed),
+            (200, false),
+            "{}",
+            first.body
+        );
+        let again = deliver(&app, ProviderId::STRIPE, &body).await;
+        assert_eq!((again.status, again.replayed), (200, true));
+    }
+
+    // THEN both converge to the provider's truth: the payments' money, once each way
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (10_000, 6));
+    let p = store
+        .payment(ProviderId::STRIPE, &Reference::parse("pi_a").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.disputes.len(), 1);
+    assert_eq!(
+        (
+            p.disputes[0].status,
+            p.disputes[0].withdrawn_minor,
+            p.disputes[0].reinstated_minor
+        ),
+        ("funds_reinstated", 5_000, 5_000)
+    );
+    assert_eq!(p.disputed_minor, 0);
+}
+
+/// A reconciliation pass that needs no provider API (nothing is old enough to ask about).
+async fn reconcile(store: &DynamoStore) {
+    let (providers, _) = config().providers();
+    let api = HttpProviderApi::new(vec![ApiEndpoint {
+        provider: ProviderId::STRIPE,
+        base_url: "http://127.0.0.1:9".into(),
+        api_key: "k".into(),
+    }])
+    .unwrap();
+    let pipeline = Pipeline::new(store.clone());
+    Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings: ReconcileSettings {
+            lease_ms: 5_000,
+            ..ReconcileSettings::default()
+        },
+    }
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_dispute_before_its_payment_is_parked_and_applied_once_it_is_paid() {
+    // GIVEN a withdrawal that arrives before the payment's success
+    let store = store("dp_early").await;
+    let app = app_of(&store);
+    let dispute = withdrawn("dp_early", "pi_early", 3_000);
+    let early = deliver(&app, ProviderId::STRIPE, &dispute).await;
+    assert_eq!(
+        (early.status, early.json()["error"].clone()),
+        (409, json!("payment_not_paid")),
+        "{}",
+        early.body
+    );
+    assert_eq!(counts(&store).await[2], 0, "nothing posted");
+
+    // WHEN the payment succeeds and a reconciliation pass runs, then the provider redelivers
+    assert_eq!(
+        deliver(&app, ProviderId::STRIPE, &stripe_intent("pi_early", 3_000))
+            .await
+            .status,
+        200
+    );
+    reconcile(&store).await;
+    let late = deliver(&app, ProviderId::STRIPE, &dispute).await;
+
+    // THEN the pass applied it and the redelivery is a replay: debited once
+    assert_eq!((late.status, late.replayed), (200, true), "{}", late.body);
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (0, 2));
+}
+
+#[tokio::test]
+async fn a_withdrawal_replayed_after_its_claim_expired_debits_nothing_more() {
+    // GIVEN a withdrawal applied on a generic payment
+    let store = store("dp_expired").await;
+    let app = app_of(&store);
+    let pay = payment_body("e_p", "pay_x", "w_x", 9_000, "NGN");
+    assert_eq!(deliver(&app, ProviderId::GENERIC, &pay).await.status, 200);
+    let dispute = generic_dispute("dispute.funds_withdrawn", "dsp_x", "pay_x", 9_000);
+    assert_eq!(
+        deliver(&app, ProviderId::GENERIC, &dispute).await.status,
+        200
+    );
+
+    // WHEN its claim is gone (TTL) and the provider sends it again
+    store
+        .client()
+        .delete_item()
+        .table_name(store.tables().idempotency.clone())
+        .key(
+            "pk",
+            AttributeValue::S("generic:dispute_withdrawal:dsp_x".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let again = deliver(&app, ProviderId::GENERIC, &dispute).await;
+
+    // THEN every step is found done: nothing more is debited, and the log says so
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(balance(&store, "w_x", "NGN").await, (0, 2));
+    let outcomes: Vec<Outcome> = store
+        .query(
+            &payhook::eventlog::LogFilter {
+                reference: Some(Reference::parse("pay_x").unwrap()),
+                ..Default::default()
+            },
+            10,
+            None,
+        )
+        .await
+        .unwrap()
+        .deliveries
+        .iter()
+        .map(|d| d.outcome)
+        .collect();
+    assert!(outcomes.contains(&Outcome::AlreadyApplied), "{outcomes:?}");
+}
+
+#[tokio::test]
+async fn a_paystack_dispute_and_a_refund_of_the_same_money_debit_once() {
+    // GIVEN a Paystack charge whose dispute is resolved against the merchant
+    let store = store("dp_pair").await;
+    let app = app_of(&store);
+    assert_eq!(
+        deliver(
+            &app,
+            ProviderId::PAYSTACK,
+            &paystack_charge("T_pair", 500_000)
+        )
+        .await
+        .status,
+        200
+    );
+    let resolve = paystack_resolve(9, "T_pair", 500_000, "merchant-accepted");
+    assert_eq!(
+        deliver(&app, ProviderId::PAYSTACK, &resolve).await.status,
+        200
+    );
+
+    // WHEN Paystack also reports the same money as a refund
+    let refund = deliver(
+        &app,
+        ProviderId::PAYSTACK,
+        &paystack_refund(77, "T_pair", 500_000),
+    )
+    .await;
+
+    // THEN the refund is refused for a human (the dispute took that money): debited once
+    assert_eq!(
+        (refund.status, refund.json()["error"].clone()),
+        (422, json!("refund_exceeds_payment")),
+        "{}",
+        refund.body
+    );
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 2));
+
+    // AND a declined dispute and the create/remind notices move nothing
+    for body in [
+        paystack_resolve(10, "T_pair", 500_000, "declined"),
+        paystack_resolve(11, "T_pair", 500_000, "merchant-accepted")
+            .replace("charge.dispute.resolve", "charge.dispute.create"),
+    ] {
+        let r = deliver(&app, ProviderId::PAYSTACK, &body).await;
+        assert_eq!(r.json()["status"], json!("ignored"), "{}", r.body);
+    }
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 2));
+}
+
+#[tokio::test]
+async fn an_inquiry_moves_nothing_and_a_dispute_of_a_refunded_charge_debits_what_moved() {
+    // GIVEN a Stripe payment of 4,999 of which 1,000 was refunded
+    let store = store("dp_partial").await;
+    let app = app_of(&store);
+    assert_eq!(
+        deliver(&app, ProviderId::STRIPE, &stripe_intent("pi_p", 4_999))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        deliver(
+            &app,
+            ProviderId::STRIPE,
+            &stripe_refund("pi_p", "re_p", 1_000)
+        )
+        .await
+        .status,
+        200
+    );
+    let before = counts(&store).await;
+
+    // WHEN an inquiry opens (no money withdrawn)
+    let inquiry = stripe_dispute("charge.dispute.created", "du_q", "pi_p", 4_999, &[]);
+    let answer = deliver(&app, ProviderId::STRIPE, &inquiry).await;
+
+    // THEN nothing moves
+    assert_eq!(answer.json()["status"], json!("ignored"));
+    assert_eq!(counts(&store).await[2], before[2], "no ledger entry");
+
+    // WHEN a chargeback of the whole 4,999 withdraws what is left, 3,999 (and its fee), first
+    // with the dispute's creation then with funds_withdrawn
+    let txns = [("dispute", -3_999)];
+    for kind in ["charge.dispute.created", "charge.dispute.funds_withdrawn"] {
+        let body = stripe_dispute(kind, "dp_p", "pi_p", 4_999, &txns);
+        assert_eq!(deliver(&app, ProviderId::STRIPE, &body).await.status, 200);
+    }
+
+    // THEN the balance transaction's amount is debited, once, the fee left out
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (0, 3));
+    let p = store
+        .payment(ProviderId::STRIPE, &Reference::parse("pi_p").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            p.disputes[0].dispute.as_str(),
+            p.disputes[0].status,
+            p.disputes[0].withdrawn_minor
+        ),
+        ("dp_p", "funds_withdrawn", 3_999)
+    );
+    assert_eq!(p.disputed_minor, 3_999);
+}
+
+/// A fake Stripe API on loopback answering `GET /v1/disputes` with `list` (and counting calls).
+async fn fake_stripe(list: Value) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let (list, counted) = (list.clone(), counted.clone());
+        async move {
+            if uri.path() != "/v1/disputes"
+                || !uri.query().unwrap_or("").contains("created%5Bgte%5D=")
+            {
+                return (axum::http::StatusCode::NOT_FOUND, String::new());
+            }
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (axum::http::StatusCode::OK, list.to_string())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), calls)
+}
+
+async fn reconcile_with(store: &DynamoStore, base_url: &str) -> payhook::reconcile::Report {
+    let (providers, _) = config().providers();
+    let api = HttpProviderApi::new(vec![ApiEndpoint {
+        provider: ProviderId::STRIPE,
+        base_url: base_url.to_owned(),
+        api_key: "sk_test_k".into(),
+    }])
+    .unwrap();
+    let pipeline = Pipeline::new(store.clone());
+    Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings: ReconcileSettings {
+            lease_ms: 5_000,
+            ..ReconcileSettings::default()
+        },
+    }
+    .run()
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn reconciliation_applies_a_dispute_whose_webhooks_never_came_and_a_second_pass_nothing() {
+    // GIVEN a paid Stripe payment, and Stripe's dispute list holding a chargeback of it that
+    // was won (withdrawn, then reinstated) and one of another payment withdrawn; none of their
+    // webhooks came
+    let store = store("dp_reconcile").await;
+    let app = app_of(&store);
+    for pi in ["pi_r1", "pi_r2"] {
+        assert_eq!(
+            deliver(&app, ProviderId::STRIPE, &stripe_intent(pi, 2_500))
+                .await
+                .status,
+            200
+        );
+    }
+    let dispute =
+        |body: String| serde_json::from_str::<Value>(&body).unwrap()["data"]["object"].clone();
+    let list = json!({"object": "list", "url": "/v1/disputes", "has_more": false, "data": [
+        dispute(reinstated("dp_r1", "pi_r1", 2_500)),
+        dispute(withdrawn("dp_r2", "pi_r2", 1_000)),
+    ]});
+    let (url, calls) = fake_stripe(list).await;
+
+    // WHEN a reconciliation pass runs, then another
+    let first = reconcile_with(&store, &url).await;
+    let after_first = balance(&store, "w_stripe", "USD").await;
+    let second = reconcile_with(&store, &url).await;
+
+    // THEN the first applies the three movements, the second reads them and changes nothing
+    let disputes =
+        |r: &payhook::reconcile::Report| r.completed.iter().filter(|f| f.kind == "dispute").count();
+    assert_eq!(disputes(&first), 3, "{first:?}");
+    assert_eq!(after_first, (5_000 - 2_500 + 2_500 - 1_000, 5));
+    assert_eq!(disputes(&second), 0, "{second:?}");
+    assert_eq!(balance(&store, "w_stripe", "USD").await, after_first);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // AND a webhook that comes late is a replay of what reconciliation applied
+    let late = deliver(
+        &app,
+        ProviderId::STRIPE,
+        &withdrawn("dp_r2", "pi_r2", 1_000),
+    )
+    .await;
+    assert_eq!((late.status, late.replayed), (200, true), "{}", late.body);
+    assert_eq!(balance(&store, "w_stripe", "USD").await, after_first);
+}

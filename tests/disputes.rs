@@ -26,12 +26,14 @@ use serde_json::{json, Value};
 const LEASE_MS: i64 = 150;
 const PAYSTACK: &str = "sk_test_payhook_tests_paystack_secret_key";
 const STRIPE: &str = "whsec_payhook_tests_stripe_endpoint_secret";
+const FW_V3: &str = "payhook-tests-flutterwave-v3-hash";
 
 fn config() -> Config {
     Config::from_lookup(|name| match name {
         "PAYHOOK_GENERIC_SECRETS" => Some(SECRET.to_owned()),
         "PAYHOOK_PAYSTACK_SECRETS" => Some(PAYSTACK.to_owned()),
         "PAYHOOK_STRIPE_SECRETS" => Some(STRIPE.to_owned()),
+        "PAYHOOK_FLUTTERWAVE_SECRETS" => Some(FW_V3.to_owned()),
         "PAYHOOK_LEASE_MS" => Some(LEASE_MS.to_string()),
         _ => None,
     })
@@ -473,16 +475,19 @@ async fn an_inquiry_moves_nothing_and_a_dispute_of_a_refunded_charge_debits_what
     assert_eq!(p.disputed_minor, 3_999);
 }
 
-/// A fake Stripe API on loopback answering `GET /v1/disputes` with `list` (and counting calls).
-async fn fake_stripe(list: Value) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+/// A fake provider API on loopback answering `GET {path}?{query…}` (the query must hold
+/// `query`) with `list`, and counting those calls; anything else is 404.
+async fn fake_list(
+    path: &'static str,
+    query: &'static str,
+    list: Value,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = calls.clone();
     let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
         let (list, counted) = (list.clone(), counted.clone());
         async move {
-            if uri.path() != "/v1/disputes"
-                || !uri.query().unwrap_or("").contains("created%5Bgte%5D=")
-            {
+            if uri.path() != path || !uri.query().unwrap_or("").contains(query) {
                 return (axum::http::StatusCode::NOT_FOUND, String::new());
             }
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -495,10 +500,14 @@ async fn fake_stripe(list: Value) -> (String, Arc<std::sync::atomic::AtomicUsize
     (format!("http://{addr}"), calls)
 }
 
-async fn reconcile_with(store: &DynamoStore, base_url: &str) -> payhook::reconcile::Report {
+async fn reconcile_with(
+    store: &DynamoStore,
+    provider: ProviderId,
+    base_url: &str,
+) -> payhook::reconcile::Report {
     let (providers, _) = config().providers();
     let api = HttpProviderApi::new(vec![ApiEndpoint {
-        provider: ProviderId::STRIPE,
+        provider,
         base_url: base_url.to_owned(),
         api_key: "sk_test_k".into(),
     }])
@@ -539,12 +548,12 @@ async fn reconciliation_applies_a_dispute_whose_webhooks_never_came_and_a_second
         dispute(reinstated("dp_r1", "pi_r1", 2_500)),
         dispute(withdrawn("dp_r2", "pi_r2", 1_000)),
     ]});
-    let (url, calls) = fake_stripe(list).await;
+    let (url, calls) = fake_list("/v1/disputes", "created%5Bgte%5D=", list).await;
 
     // WHEN a reconciliation pass runs, then another
-    let first = reconcile_with(&store, &url).await;
+    let first = reconcile_with(&store, ProviderId::STRIPE, &url).await;
     let after_first = balance(&store, "w_stripe", "USD").await;
-    let second = reconcile_with(&store, &url).await;
+    let second = reconcile_with(&store, ProviderId::STRIPE, &url).await;
 
     // THEN the first applies the three movements, the second reads them and changes nothing
     let disputes =
@@ -564,4 +573,44 @@ async fn reconciliation_applies_a_dispute_whose_webhooks_never_came_and_a_second
     .await;
     assert_eq!((late.status, late.replayed), (200, true), "{}", late.body);
     assert_eq!(balance(&store, "w_stripe", "USD").await, after_first);
+}
+
+#[tokio::test]
+async fn flutterwave_chargebacks_reach_the_balance_through_reconciliation_priced_exactly() {
+    // GIVEN two Flutterwave payments (1,250.50 and 300 NGN), and its chargeback list holding a
+    // lost chargeback of the first and a won one of the second (Flutterwave sends no webhook)
+    let store = store("dp_flutterwave").await;
+    let app = app_of(&store);
+    for (id, tx_ref, amount) in [(9001, "ord_fw1", "1250.5"), (9002, "ord_fw2", "300")] {
+        let body = format!(
+            r#"{{"event":"charge.completed","data":{{"id":{id},"tx_ref":"{tx_ref}","flw_ref":"FLW-{id}","amount":{amount},"currency":"NGN","status":"successful","meta":{{"account":"w_fw"}}}}}}"#
+        );
+        let r = deliver(&app, ProviderId::FLUTTERWAVE, &body).await;
+        assert_eq!(r.json()["status"], json!("applied"), "{}", r.body);
+    }
+    let list: Value = serde_json::from_str(
+        r#"{"status":"success","message":"Chargebacks fetched",
+            "meta":{"page_info":{"total":2,"current_page":1,"total_pages":1,"page_size":20}},
+            "data":[
+              {"id":1390,"amount":1250.5,"flw_ref":"FLW-9001","status":"lost","stage":"new","transaction_id":9001,"tx_ref":"ord_fw1"},
+              {"id":1391,"amount":300,"flw_ref":"FLW-9002","status":"won","stage":"new","transaction_id":9002,"tx_ref":"ord_fw2"}]}"#,
+    )
+    .unwrap();
+    let (url, calls) = fake_list("/v3/chargebacks", "from=", list).await;
+
+    // WHEN two reconciliation passes run
+    let first = reconcile_with(&store, ProviderId::FLUTTERWAVE, &url).await;
+    let after_first = balance(&store, "w_fw", "NGN").await;
+    let second = reconcile_with(&store, ProviderId::FLUTTERWAVE, &url).await;
+
+    // THEN the lost one is withdrawn and the won one withdrawn and reinstated, each priced in
+    // kobo from the number as written, once (125,050 + 30,000 - 125,050 - 30,000 + 30,000, five
+    // entries); the second pass changes nothing
+    let disputes =
+        |r: &payhook::reconcile::Report| r.completed.iter().filter(|f| f.kind == "dispute").count();
+    assert_eq!(disputes(&first), 3, "{first:?}");
+    assert_eq!(after_first, (30_000, 5));
+    assert_eq!(disputes(&second), 0, "{second:?}");
+    assert_eq!(balance(&store, "w_fw", "NGN").await, after_first);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

@@ -329,8 +329,22 @@ pub enum EventKind {
         facts: DisputeFacts,
         movement: DisputeMovement,
     },
+    /// A dispute movement whose amount is in major units and names no currency (a Flutterwave
+    /// chargeback as its API lists it): priced in its payment's currency by the pipeline, as
+    /// [`EventKind::RefundUnpriced`] is, then applied as an [`EventKind::Dispute`].
+    DisputeUnpriced(UnpricedDispute),
     /// A type we log but do not act on.
     Ignored,
+}
+
+/// See [`EventKind::DisputeUnpriced`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpricedDispute {
+    pub dispute: Reference,
+    pub payment_reference: Reference,
+    pub movement: DisputeMovement,
+    /// The amount as written, in major units (`10.5`).
+    pub amount_major: String,
 }
 
 /// See [`EventKind::RefundUnpriced`].
@@ -354,6 +368,37 @@ pub struct NormalisedEvent {
     /// reference chosen the first time it was seen, so changing the setting never re-keys (and
     /// re-credits) a payment.
     pub transaction_id: Option<String>,
+}
+
+impl EventKind {
+    /// The payment and the major-unit amount of a movement still to be priced.
+    pub fn unpriced(&self) -> Option<(&Reference, &str)> {
+        match self {
+            EventKind::RefundUnpriced(u) => Some((&u.payment_reference, &u.amount_major)),
+            EventKind::DisputeUnpriced(u) => Some((&u.payment_reference, &u.amount_major)),
+            _ => None,
+        }
+    }
+
+    /// The movement priced in `money` (its payment's currency), if it was unpriced.
+    pub fn priced(&self, money: Money) -> Option<EventKind> {
+        match self {
+            EventKind::RefundUnpriced(u) => Some(EventKind::RefundSucceeded(RefundFacts {
+                refund_reference: u.refund_reference.clone(),
+                payment_reference: u.payment_reference.clone(),
+                money,
+            })),
+            EventKind::DisputeUnpriced(u) => Some(EventKind::Dispute {
+                facts: DisputeFacts {
+                    dispute: u.dispute.clone(),
+                    payment_reference: u.payment_reference.clone(),
+                    money,
+                },
+                movement: u.movement,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl NormalisedEvent {
@@ -385,6 +430,11 @@ impl NormalisedEvent {
                 movement.operation(),
                 &facts.dispute,
             )),
+            EventKind::DisputeUnpriced(u) => Some(IdempotencyKey::new(
+                self.provider,
+                u.movement.operation(),
+                &u.dispute,
+            )),
             EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
@@ -399,6 +449,7 @@ impl NormalisedEvent {
             }
             EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
             EventKind::Dispute { facts, .. } => Some(&facts.payment_reference),
+            EventKind::DisputeUnpriced(u) => Some(&u.payment_reference),
             EventKind::Ignored => None,
         }
     }
@@ -413,6 +464,7 @@ impl NormalisedEvent {
             }
             EventKind::RefundUnpriced(u) => u.payment_reference = reference,
             EventKind::Dispute { facts, .. } => facts.payment_reference = reference,
+            EventKind::DisputeUnpriced(u) => u.payment_reference = reference,
             EventKind::Ignored => {}
         }
         self
@@ -546,9 +598,10 @@ impl ClaimedFacts {
                 currency: facts.money.currency.to_string(),
             }),
             // Priced (and so claimed) only once its payment's currency is known.
-            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
-                None
-            }
+            EventKind::RefundUnpriced(_)
+            | EventKind::DisputeUnpriced(_)
+            | EventKind::PaymentState { .. }
+            | EventKind::Ignored => None,
         }
     }
 

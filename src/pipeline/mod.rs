@@ -284,11 +284,10 @@ impl<S: Store> Pipeline<S> {
             | EventKind::RefundReversed(_)
             | EventKind::Dispute { .. } => self.money(ev, lease_ms).await,
             // Still unpriced: its payment (and so its currency) is not known yet.
-            EventKind::RefundUnpriced(u) => Ok(parked(&IdempotencyKey::new(
-                ev.provider,
-                Operation::Refund,
-                &u.refund_reference,
-            ))),
+            EventKind::RefundUnpriced(_) | EventKind::DisputeUnpriced(_) => match ev.key() {
+                Some(key) => Ok(parked(&key)),
+                None => Ok(ignored(ev)),
+            },
         }
     }
 
@@ -308,27 +307,22 @@ impl<S: Store> Pipeline<S> {
             }
         }
         let current = out.as_ref().unwrap_or(ev);
-        if let EventKind::RefundUnpriced(u) = &current.kind {
+        if let Some((payment_reference, amount_major)) = current.kind.unpriced() {
             let payment = self
                 .store
-                .payment(current.provider, &u.payment_reference)
+                .payment(current.provider, payment_reference)
                 .await?;
             if let Some(currency) = payment.and_then(|p| p.currency) {
-                match crate::domain::Money::from_major_decimal(&u.amount_major, currency) {
+                match crate::domain::Money::from_major_decimal(amount_major, currency) {
                     Ok(money) => {
-                        let facts = RefundFacts {
-                            refund_reference: u.refund_reference.clone(),
-                            payment_reference: u.payment_reference.clone(),
-                            money,
-                        };
-                        out = Some(NormalisedEvent {
-                            kind: EventKind::RefundSucceeded(facts),
+                        out = current.kind.priced(money).map(|kind| NormalisedEvent {
+                            kind,
                             ..current.clone()
                         });
                     }
                     // Stays unpriced (parked): an amount the payment's currency cannot hold.
                     Err(e) => {
-                        tracing::warn!(amount = %u.amount_major, %currency, error = %e, "refund amount not in its payment's currency")
+                        tracing::warn!(amount = %amount_major, %currency, error = %e, "amount not in its payment's currency")
                     }
                 }
             }
@@ -419,9 +413,10 @@ impl<S: Store> Pipeline<S> {
             EventKind::RefundReversed(r) => self.reverse(ev, r, key).await,
             EventKind::Dispute { facts, movement } => self.dispute(ev, facts, *movement, key).await,
             // `money` only calls this for money events; anything else moves nothing.
-            EventKind::RefundUnpriced(_) | EventKind::PaymentState { .. } | EventKind::Ignored => {
-                Ok(Settled::NothingMoved(ignored(ev)))
-            }
+            EventKind::RefundUnpriced(_)
+            | EventKind::DisputeUnpriced(_)
+            | EventKind::PaymentState { .. }
+            | EventKind::Ignored => Ok(Settled::NothingMoved(ignored(ev))),
         }
     }
 

@@ -96,10 +96,28 @@ pub trait Provider: Send + Sync {
 /// One page of a provider's dispute list, mapped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DisputePage {
-    /// Withdrawals and reinstatements ([`EventKind::Dispute`]), as the webhooks would carry them.
-    pub movements: Vec<EventKind>,
+    /// Withdrawals and reinstatements, as the webhooks would carry them.
+    pub movements: Vec<ListedMovement>,
     /// The cursor of the next page, when there is one.
     pub next: Option<String>,
+}
+
+/// One listed dispute movement: [`EventKind::Dispute`] (or [`EventKind::DisputeUnpriced`]), and
+/// the provider transaction it is about where the provider keys payments through a binding
+/// (Flutterwave), as [`NormalisedEvent::transaction_id`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedMovement {
+    pub kind: EventKind,
+    pub transaction_id: Option<String>,
+}
+
+impl From<EventKind> for ListedMovement {
+    fn from(kind: EventKind) -> Self {
+        ListedMovement {
+            kind,
+            transaction_id: None,
+        }
+    }
 }
 
 /// What a provider's API says about a payment, for reconciliation.

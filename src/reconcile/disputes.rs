@@ -6,9 +6,9 @@
 //! and one that did is only read (one `GetItem` of its payment), never applied again.
 
 use super::{Budget, Finding, Reconciler, Report};
-use crate::domain::{EventKind, NormalisedEvent};
+use crate::domain::NormalisedEvent;
 use crate::pipeline::Store;
-use crate::providers::Provider;
+use crate::providers::{ListedMovement, Provider};
 use crate::reconcile::api::{ApiError, ProviderApi};
 use crate::store::StoreError;
 
@@ -34,8 +34,8 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
                 let Some(page) = self.dispute_page(adapter, &path, report).await else {
                     break;
                 };
-                for kind in page.movements {
-                    if self.apply_listed(adapter, kind, report).await? {
+                for listed in page.movements {
+                    if self.apply_listed(adapter, listed, report).await? {
                         applied += 1;
                     }
                 }
@@ -86,27 +86,40 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
     async fn apply_listed(
         &self,
         adapter: &dyn Provider,
-        kind: EventKind,
+        listed: ListedMovement,
         report: &mut Report,
     ) -> Result<bool, StoreError> {
         let event = NormalisedEvent {
             provider: adapter.id(),
             event_id: String::new(),
             event_type: DISPUTE_LIST_EVENT_TYPE.into(),
-            kind,
-            transaction_id: None,
+            kind: listed.kind,
+            transaction_id: listed.transaction_id,
         };
         let (Some(key), Some(reference)) = (event.key(), event.reference().cloned()) else {
             return Ok(false);
         };
-        let recorded = self
+        let finding = Finding::new(
+            "dispute",
+            event.provider,
+            key.to_string(),
+            reference.to_string(),
+        );
+        match self
             .pipeline
             .store()
             .payment(event.provider, &reference)
             .await?
-            .is_some_and(|p| p.dispute_keys.contains(&key));
-        if recorded {
-            return Ok(false);
+        {
+            // Applied already (by its webhook or an earlier pass): read, never written again.
+            Some(p) if p.dispute_keys.contains(&key) => return Ok(false),
+            Some(p) if p.status.is_paid() => {}
+            // Its payment is not paid here (yet): reported, looked at again next pass, and no
+            // delivery logged for it until it can apply.
+            _ => {
+                report.waiting.push(finding);
+                return Ok(false);
+            }
         }
         let event = NormalisedEvent {
             event_id: format!("reconcile:{key}"),

@@ -62,7 +62,7 @@ pub(super) fn read_list(body: &[u8]) -> Result<DisputePage, PayloadError> {
         let event = serde_json::json!({ "event": "charge.dispute.resolve", "data": dispute });
         match dispute_resolved(&Fields::new(&event)).map_err(|e| at_item(e, i))? {
             EventKind::Ignored => {}
-            movement => page.movements.push(movement),
+            movement => page.movements.push(movement.into()),
         }
     }
     let number = |path: &str| f.get(path).and_then(Value::as_i64);
@@ -106,7 +106,7 @@ mod tests {
         let got: Vec<(String, i64)> = page
             .movements
             .iter()
-            .filter_map(|k| match k {
+            .filter_map(|m| match &m.kind {
                 EventKind::Dispute { facts, .. } => {
                     Some((facts.dispute.to_string(), facts.money.amount.get()))
                 }

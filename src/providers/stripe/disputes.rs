@@ -119,7 +119,7 @@ pub(super) fn read_list(body: &[u8]) -> Result<DisputePage, PayloadError> {
         ] {
             match dispute_event(&f, kind).map_err(|e| super::prefixed(e, &format!("data[{i}]")))? {
                 EventKind::Ignored => {}
-                movement => page.movements.push(movement),
+                movement => page.movements.push(movement.into()),
             }
         }
     }
@@ -160,7 +160,7 @@ mod tests {
     fn amounts(page: &DisputePage) -> Vec<(DisputeMovement, &str, i64)> {
         page.movements
             .iter()
-            .filter_map(|k| match k {
+            .filter_map(|m| match &m.kind {
                 EventKind::Dispute { facts, movement } => {
                     Some((*movement, facts.dispute.as_str(), facts.money.amount.get()))
                 }

@@ -10,6 +10,8 @@
 //! are decimal major units (`1250.5`) and are converted exactly from the number's text, never
 //! through a float.
 
+mod disputes;
+
 use std::collections::BTreeMap;
 
 use base64::engine::general_purpose::STANDARD;
@@ -290,6 +292,14 @@ impl Provider for Flutterwave {
             }
             ReferenceField::Id => format!("/v3/transactions/{reference}/verify"),
         }
+    }
+
+    fn disputes_path(&self, since_s: i64, cursor: Option<&str>) -> Option<String> {
+        Some(disputes::list_path(since_s, cursor))
+    }
+
+    fn read_disputes(&self, body: &[u8]) -> Result<super::DisputePage, PayloadError> {
+        self.read_chargebacks(body)
     }
 
     /// The verify endpoints answer `{"status":"success","data":{…}}` whose `data` is the charge

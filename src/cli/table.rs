@@ -160,7 +160,10 @@ pub fn payment(view: &PaymentView) -> Vec<String> {
         format!("payment   {}/{}", p.provider, p.reference),
         format!("status    {}", p.status),
         format!("account   {account}"),
-        format!("amount    {money}  (refunded {})", p.refunded_minor),
+        format!(
+            "amount    {money}  (refunded {}, disputed {})",
+            p.refunded_minor, p.disputed_minor
+        ),
         format!(
             "created   {} UTC  updated {} UTC",
             super::time::format_utc(p.created_at_ms),
@@ -170,6 +173,15 @@ pub fn payment(view: &PaymentView) -> Vec<String> {
     .iter()
     .map(|l| fit(l, MAX_WIDTH))
     .collect();
+    for d in &p.disputes {
+        lines.push(fit(
+            &format!(
+                "dispute   {}  {}  withdrawn {}  reinstated {}",
+                d.dispute, d.status, d.withdrawn_minor, d.reinstated_minor
+            ),
+            MAX_WIDTH,
+        ));
+    }
     lines.push(String::new());
     lines.push(header(&HISTORY));
     for h in &p.history {

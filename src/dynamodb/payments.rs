@@ -3,7 +3,9 @@
 //!
 //! Item: `pk` = `{provider}#{reference}`, `status`, `account`, `amount_minor`, `currency`,
 //! `refundable_minor`, `refunded_minor`, `refund_keys` and `reversed_refund_keys` (string sets),
-//! `paid_key`, `ledger_shard`, `history` (list), `open` (sparse index) while PENDING/PROCESSING.
+//! `paid_key`, `ledger_shard`, `credit_at_ms`, `dispute_keys` (string set) and `disputed_minor`
+//! (disputes' movements, written by `disputes.rs`), `history` (list; a dispute's entries carry
+//! `amount_minor`), `open` (sparse index) while PENDING/PROCESSING.
 //!
 //! Transaction bindings share the table: `pk` = `{provider}:txn:{transaction id}`, `reference`
 //! (the provider name is followed by `:` there and by `#` in a payment's key, so they never meet).

@@ -98,6 +98,28 @@ pub async fn dynamo_store(config: &Config) -> DynamoStore {
     )
 }
 
+/// Refuses to serve money on tables replicated with multi-Region eventual consistency
+/// ([`crate::dynamodb::regions`]): the webhook function, `payhook serve` and reconciliation call
+/// it before their first delivery. Whether DescribeTable answers is not the money path's
+/// business: a check that could not run is logged and the process starts (the tables it runs on
+/// were created by this template, without replicas).
+pub async fn refuse_eventual_replicas(
+    store: &DynamoStore,
+) -> Result<(), crate::dynamodb::regions::EventualReplicas> {
+    use crate::dynamodb::regions::ReplicationCheck;
+    match store.check_replication().await {
+        Ok(_) => Ok(()),
+        Err(ReplicationCheck::Eventual(e)) => {
+            tracing::error!(error = %e, "refusing to start");
+            Err(e)
+        }
+        Err(ReplicationCheck::Store(e)) => {
+            tracing::warn!(error = %e, "could not check the tables' replication; starting");
+            Ok(())
+        }
+    }
+}
+
 /// The router's state, built once per process: providers from config (problems logged, the
 /// provider left out), the pipeline over the store.
 pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {

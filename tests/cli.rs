@@ -138,3 +138,71 @@ async fn exit_codes_tell_usage_from_failure() {
     // And success is 0.
     assert_eq!(run(&["events", "--limit", "1"]).status.code(), Some(0));
 }
+
+/// A stand-in for DynamoDB that answers every `DescribeTable` with a global table replicated in
+/// two Regions with multi-Region eventual consistency (what dynalite cannot show).
+async fn eventual_global_tables() -> String {
+    let app =
+        axum::Router::new().fallback(|headers: axum::http::HeaderMap, body: String| async move {
+            let target = headers
+                .get("x-amz-target")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let name = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|b| b["TableName"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let answer = if target.ends_with(".DescribeTable") {
+                serde_json::json!({"Table": {"TableName": name, "TableStatus": "ACTIVE",
+                "Replicas": [{"RegionName": "eu-west-1", "ReplicaStatus": "ACTIVE"},
+                             {"RegionName": "us-east-1", "ReplicaStatus": "ACTIVE"}],
+                "MultiRegionConsistency": "EVENTUAL"}})
+            } else {
+                serde_json::json!({})
+            };
+            (
+                [("content-type", "application/x-amz-json-1.0")],
+                answer.to_string(),
+            )
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_tables_replicated_with_eventual_consistency() {
+    // GIVEN tables that DynamoDB describes as a global table with eventual consistency
+    let store = store("cli_regions").await;
+    let endpoint = eventual_global_tables().await;
+
+    // WHEN `payhook serve` starts on them (given 30 s to give up)
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = payhook(&store)
+            .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+            .args(["serve", "--addr", &format!("127.0.0.1:{}", free_port())])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        for _ in 0..300 {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child.kill().unwrap();
+        panic!("payhook serve started on eventually consistent replicas");
+    })
+    .await
+    .unwrap();
+
+    // THEN it exits with the reason instead of serving
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("multi-Region eventual consistency") && stderr.contains("last writer wins"),
+        "{stderr}"
+    );
+}

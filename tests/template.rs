@@ -543,6 +543,7 @@ fn code_calls() -> (
         (".batch_write_item()", "BatchWriteItem"),
         (".transact_get_items()", "TransactGetItems"),
         (".transact_write_items()", "TransactWriteItems"),
+        (".describe_table()", "DescribeTable"),
     ];
     let mut by_role: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
     let mut anywhere = BTreeSet::new();

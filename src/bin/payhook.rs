@@ -10,8 +10,11 @@ use std::process::ExitCode;
 async fn run() -> Result<(), CliError> {
     let config = Config::from_env()?;
     if payhook::runtime::in_lambda() {
-        let app =
-            payhook::runtime::build_app(&config, payhook::runtime::dynamo_store(&config).await);
+        let store = payhook::runtime::dynamo_store(&config).await;
+        payhook::runtime::refuse_eventual_replicas(&store)
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        let app = payhook::runtime::build_app(&config, store);
         return lambda_http::run(payhook::http::router(app))
             .await
             .map_err(|e| CliError::Other(format!("lambda runtime: {e}")));

@@ -13,6 +13,9 @@ use serde_json::Value;
 async fn run() -> Result<(), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let store = runtime::dynamo_store(&config).await;
+    runtime::refuse_eventual_replicas(&store)
+        .await
+        .map_err(|e| e.to_string())?;
     let ops = runtime::ops(&config, store).map_err(|e| e.to_string())?;
     if !runtime::in_lambda() {
         let report = handle(&ops, Value::Null, "local", None).await?;

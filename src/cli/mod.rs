@@ -286,6 +286,9 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             read_api,
             metrics,
         } => {
+            crate::runtime::refuse_eventual_replicas(&store)
+                .await
+                .map_err(|e| CliError::Other(e.to_string()))?;
             serve(
                 addr,
                 read_api,

@@ -3,6 +3,7 @@
 
 use crate::domain::{AccountId, ProviderId};
 use crate::dynamodb::{StoreSettings, TableNames};
+use crate::http::source::SourceAllowlist;
 use crate::http::ReadToken;
 use std::collections::BTreeMap;
 
@@ -67,6 +68,8 @@ pub struct Config {
     pub default_account: Option<AccountId>,
     /// The read routes' bearer token under `payhook serve --read-api`.
     pub read_token: Option<ReadToken>,
+    /// Per provider, where its webhooks may come from (`PAYHOOK_{PROVIDER}_SOURCE_IPS`).
+    pub source_allowlists: BTreeMap<ProviderId, SourceAllowlist>,
 }
 
 pub use crate::domain::MAX_BODY_BYTES;
@@ -123,6 +126,7 @@ impl Config {
             .flat_map(|d| d.env.iter())
             .filter_map(|(name, _)| get(name).map(|v| (*name, v)))
             .collect();
+        let source_allowlists = source_allowlists(&provider_env)?;
         let tolerance_s = positive(&get, "PAYHOOK_SIGNATURE_TOLERANCE_S", 300)?;
         check_provider_settings(&provider_env, tolerance_s)?;
         Ok(Config {
@@ -140,6 +144,7 @@ impl Config {
             provider_env,
             default_account,
             read_token,
+            source_allowlists,
         })
     }
 
@@ -189,8 +194,36 @@ impl std::fmt::Debug for Config {
             .field("reconcile", &self.reconcile)
             .field("default_account", &self.default_account)
             .field("read_token", &self.read_token)
+            .field("source_allowlists", &self.source_allowlists)
             .finish()
     }
+}
+
+/// Each provider's source allowlist that is set; an unreadable one stops start-up (a typo must
+/// not silently open or close the door).
+fn source_allowlists(
+    provider_env: &BTreeMap<&'static str, String>,
+) -> Result<BTreeMap<ProviderId, SourceAllowlist>, ConfigError> {
+    let mut lists = BTreeMap::new();
+    for def in REGISTRY {
+        let Some(value) = provider_env.get(def.source_ips) else {
+            continue;
+        };
+        match SourceAllowlist::parse(value) {
+            Ok(Some(list)) => {
+                lists.insert(def.id, list);
+            }
+            Ok(None) => {}
+            Err(_) => {
+                return Err(ConfigError::Invalid {
+                    name: def.source_ips,
+                    value: value.clone(),
+                    reason: "must list IP addresses or CIDR blocks (a.b.c.d, a.b.c.d/n, IPv6), separated by spaces or commas",
+                })
+            }
+        }
+    }
+    Ok(lists)
 }
 
 /// A provider setting with no sensible meaning stops start-up; a bad secret only leaves its

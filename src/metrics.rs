@@ -90,6 +90,8 @@ pub enum Rejection {
     TooLarge,
     /// No secret configured for the provider (503).
     NotConfigured,
+    /// The source address is not in the provider's allowlist (403).
+    Source,
 }
 
 impl Rejection {
@@ -99,6 +101,7 @@ impl Rejection {
             Rejection::Payload => "payload",
             Rejection::TooLarge => "too_large",
             Rejection::NotConfigured => "not_configured",
+            Rejection::Source => "source",
         }
     }
 }
@@ -291,6 +294,7 @@ mod tests {
             (Rejection::Payload, "payload"),
             (Rejection::TooLarge, "too_large"),
             (Rejection::NotConfigured, "not_configured"),
+            (Rejection::Source, "source"),
         ] {
             let line = emf_line(ProviderId::PAYSTACK, Disposition::Rejected(reason), 5, None);
             assert!(!line.contains('\n'));

@@ -137,6 +137,7 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         // Fail closed: only a request carrying an IAM caller identity (API Gateway's AWS_IAM
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,
+        source_allowlists: config.source_allowlists.clone(),
     })
 }
 

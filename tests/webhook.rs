@@ -550,3 +550,71 @@ async fn bad_input_is_refused_with_the_field_named_and_writes_nothing() {
         "rejected requests wrote something"
     );
 }
+
+/// A generic delivery as API Gateway hands it to the function, from `source_ip`.
+fn via_api_gateway(body: &str, source_ip: &str) -> axum::http::Request<axum::body::Body> {
+    let file = format!(
+        "{}/events/generic/payment_succeeded.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut event: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let signed = signed(body);
+    for (k, v) in signed.headers() {
+        event["headers"][k.as_str()] = serde_json::json!(v.to_str().unwrap());
+    }
+    event["body"] = serde_json::json!(body);
+    event["requestContext"]["http"]["sourceIp"] = serde_json::json!(source_ip);
+    let req = lambda_http::request::from_str(&event.to_string()).unwrap();
+    let (parts, b) = req.into_parts();
+    axum::http::Request::from_parts(parts, axum::body::Body::from(b.to_vec()))
+}
+
+#[tokio::test]
+async fn a_source_outside_the_providers_allowlist_is_refused_and_writes_nothing() {
+    // GIVEN the generic provider allowed only from 203.0.113.0/24 and one IPv6 address
+    let store = store("source_ips").await;
+    let config = payhook::config::Config::from_lookup(|name| match name {
+        "PAYHOOK_GENERIC_SECRETS" => Some(SECRET.to_owned()),
+        "PAYHOOK_GENERIC_SOURCE_IPS" => Some("203.0.113.0/24, 2001:db8::7".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let app = payhook::runtime::build_app(&config, store.clone());
+    let body = payment_body("e_src", "pay_src", "w_src", 700, "NGN");
+
+    // WHEN it arrives from elsewhere, and with no source known (not through API Gateway)
+    let outside = send(&app, via_api_gateway(&body, "198.51.100.7")).await;
+    let unknown = send(&app, signed(&body)).await;
+
+    // THEN each is refused with a clear answer, and nothing is written
+    for r in [&outside, &unknown] {
+        assert_eq!(
+            (r.status, r.json()["error"].clone()),
+            (403, serde_json::json!("source_not_allowed")),
+            "{}",
+            r.body
+        );
+    }
+    assert_eq!(counts(&store).await, [0, 0, 0, 0]);
+
+    // WHEN it arrives from an allowed address (either family)
+    let inside = send(&app, via_api_gateway(&body, "203.0.113.44")).await;
+    let v6 = send(&app, via_api_gateway(&body, "2001:db8::7")).await;
+
+    // THEN it is applied once
+    assert_eq!(
+        inside.json()["status"],
+        serde_json::json!("applied"),
+        "{}",
+        inside.body
+    );
+    assert_eq!((v6.status, v6.replayed), (200, true));
+    assert_eq!(balance_of(&store, "w_src").await, (700, 1));
+
+    // AND an unreadable list stops start-up instead of opening or closing the door
+    let bad = payhook::config::Config::from_lookup(|name| {
+        (name == "PAYHOOK_STRIPE_SOURCE_IPS").then(|| "52.31.139.75 not-an-ip".to_owned())
+    });
+    assert!(bad.is_err());
+}

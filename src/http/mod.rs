@@ -3,6 +3,7 @@
 //! ([`read`]): authorize -> [`crate::read`] -> JSON. No domain logic here.
 
 pub mod read;
+pub mod source;
 
 pub use read::{ReadAccess, ReadToken};
 
@@ -36,6 +37,8 @@ pub struct App<S> {
     pub metrics: MetricsSink,
     /// Who may use the read routes ([`read`]).
     pub read_access: ReadAccess,
+    /// Where each provider's webhooks may come from ([`source`]); absent: any source.
+    pub source_allowlists: std::collections::BTreeMap<ProviderId, source::SourceAllowlist>,
 }
 
 impl<S> App<S> {
@@ -107,6 +110,20 @@ async fn webhook<S: Store>(
             ),
         );
     };
+    if let Some(allowed) = app.source_allowlists.get(&provider_id) {
+        if !source::source_ip(&req).is_some_and(|ip| allowed.allows(ip)) {
+            tracing::warn!(request_id = ctx.rid(), provider = %provider_id,
+                source = ?source::source_ip(&req), "source not in the provider's allowlist");
+            return ctx.reject(
+                Rejection::Source,
+                error(
+                    StatusCode::FORBIDDEN,
+                    "source_not_allowed",
+                    format!("requests to /webhooks/{provider} are accepted only from {provider}'s addresses"),
+                ),
+            );
+        }
+    }
     let lease = lease_ms(&app, &req, received_at_ms);
     let (parts, body) = req.into_parts();
     let Some(bytes) = read_body(&parts.headers, body).await else {

@@ -38,8 +38,13 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_GENERIC_API_KEY",
             "reconciliation: bearer key of the generic provider's API",
         ),
+        (
+            "PAYHOOK_GENERIC_SOURCE_IPS",
+            "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
+        ),
     ],
     build,
+    source_ips: "PAYHOOK_GENERIC_SOURCE_IPS",
     api: ApiDef {
         url_var: "PAYHOOK_GENERIC_API_URL",
         default_base_url: None,

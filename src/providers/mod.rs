@@ -285,6 +285,9 @@ pub struct ProviderDef {
     /// bad one stops start-up rather than waiting for the secret.
     pub build: fn(ProviderEnv<'_>) -> Built,
     pub api: ApiDef,
+    /// The env var of its source-IP allowlist (also in `env`): addresses or CIDR blocks its
+    /// webhooks may come from, checked by the router ([`crate::http::source`]); blank: off.
+    pub source_ips: &'static str,
 }
 
 /// Boxes a built adapter.

@@ -69,8 +69,13 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_FLUTTERWAVE_API_KEY",
             "reconciliation: Flutterwave secret key",
         ),
+        (
+            "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
+            "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
+        ),
     ],
     build,
+    source_ips: "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
     api: ApiDef {
         url_var: "PAYHOOK_FLUTTERWAVE_API_URL",
         default_base_url: Some("https://api.flutterwave.com"),

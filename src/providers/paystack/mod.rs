@@ -52,8 +52,13 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_PAYSTACK_API_KEY",
             "reconciliation: Paystack secret key",
         ),
+        (
+            "PAYHOOK_PAYSTACK_SOURCE_IPS",
+            "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
+        ),
     ],
     build,
+    source_ips: "PAYHOOK_PAYSTACK_SOURCE_IPS",
     api: ApiDef {
         url_var: "PAYHOOK_PAYSTACK_API_URL",
         default_base_url: Some("https://api.paystack.co"),

@@ -55,8 +55,13 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_STRIPE_API_KEY",
             "reconciliation: Stripe restricted key with read access to PaymentIntents",
         ),
+        (
+            "PAYHOOK_STRIPE_SOURCE_IPS",
+            "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
+        ),
     ],
     build,
+    source_ips: "PAYHOOK_STRIPE_SOURCE_IPS",
     api: ApiDef {
         url_var: "PAYHOOK_STRIPE_API_URL",
         default_base_url: Some("https://api.stripe.com"),

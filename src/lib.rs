@@ -28,12 +28,13 @@
 //!   route, and the authorized read routes ([`http::read`]).
 //! - [`reconcile`]: the backstop: stuck claims, open payments (asking the provider), failed deliveries.
 //! - [`replay`]: re-driving stored deliveries through the pipeline.
+//! - [`audit`]: one structured line per operator action (who, what, when, how it ended).
 //! - [`config`]: environment, read once.
 //! - [`cli`]: the `payhook` command line.
 //!
 //! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
 //! checks it): `domain`, `store` → `idempotency`, `payments`, `ledger`, `eventlog`,
-//! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics` → `dynamodb`, `http` →
+//! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http` →
 //! `config`, `runtime`, `cli`.
 //!
 //! # The idempotency protocol
@@ -64,6 +65,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod domain;

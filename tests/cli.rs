@@ -206,3 +206,118 @@ async fn serve_refuses_tables_replicated_with_eventual_consistency() {
         "{stderr}"
     );
 }
+
+/// The audit lines (`payhook::audit`) a command wrote to stderr, as JSON.
+fn audit_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["target"] == "payhook::audit")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_actions_write_one_audit_line_each_saying_who_what_when_and_how() {
+    // GIVEN an operator's command line, logging JSON as inside Lambda
+    let store = store("cli_audit").await;
+    let run = |args: &'static [&'static str]| {
+        let mut cmd = payhook(&store);
+        cmd.env("RUST_LOG", "info")
+            .env("AWS_LAMBDA_LOG_FORMAT", "JSON")
+            .env("USER", "ada")
+            .args(args);
+        async move {
+            tokio::task::spawn_blocking(move || cmd.output().unwrap())
+                .await
+                .unwrap()
+        }
+    };
+
+    // WHEN the layout is grown, a payment registered twice with different accounts,
+    // deliveries replayed and a reconciliation pass run
+    let grow = run(&["ledger", "shards", "--grow", "8"]).await;
+    let expect = &[
+        "payments",
+        "expect",
+        "--provider",
+        "generic",
+        "--reference",
+        "pay_audit",
+        "--account",
+        "w_audit",
+        "--amount",
+        "500",
+        "--currency",
+        "NGN",
+    ];
+    let first = run(expect).await;
+    let other = run(&[
+        "payments",
+        "expect",
+        "--provider",
+        "generic",
+        "--reference",
+        "pay_audit",
+        "--account",
+        "w_other",
+        "--amount",
+        "500",
+        "--currency",
+        "NGN",
+    ])
+    .await;
+    let replay = run(&["replay", "--outcome", "unassigned"]).await;
+    let pass = run(&["reconcile"]).await;
+
+    // THEN each wrote one audit line: who, the action, its detail, when and how it ended
+    let line = |out: &Output| {
+        let lines = audit_lines(out);
+        assert_eq!(lines.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+        lines[0]["fields"].clone()
+    };
+    let g = line(&grow);
+    assert_eq!(
+        (
+            g["who"].as_str(),
+            g["action"].as_str(),
+            g["outcome"].as_str()
+        ),
+        (Some("cli:ada"), Some("ledger.grow"), Some("ok"))
+    );
+    assert!(
+        g["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("\"ledger_shards\":8"),
+        "{g}"
+    );
+    assert!(g["at_ms"].as_i64().unwrap_or(0) > 1_700_000_000_000, "{g}");
+    let f = line(&first);
+    assert_eq!(
+        (f["action"].as_str(), f["result"].as_str()),
+        (Some("payments.expect"), Some("\"created\""))
+    );
+    assert!(
+        f["detail"].as_str().unwrap_or("").contains("w_audit"),
+        "{f}"
+    );
+    assert_eq!(line(&other)["result"].as_str(), Some("\"mismatch\""));
+    let p = line(&pass);
+    assert_eq!(
+        (p["action"].as_str(), p["outcome"].as_str()),
+        (Some("reconcile"), Some("ok"))
+    );
+    assert!(
+        p["result"].as_str().unwrap_or("").contains("needs_human"),
+        "{p}"
+    );
+    let r = line(&replay);
+    assert_eq!(
+        (
+            r["who"].as_str(),
+            r["action"].as_str(),
+            r["outcome"].as_str()
+        ),
+        (Some("cli:ada"), Some("replay"), Some("ok"))
+    );
+}

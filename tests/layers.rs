@@ -13,7 +13,14 @@ const LAYERS: &[&[&str]] = &[
     // Capabilities (traits beside their types, pure judges) and the provider adapters.
     &["idempotency", "payments", "ledger", "eventlog", "providers"],
     // What decides and reads, over the capabilities, and the metric lines it writes.
-    &["pipeline", "read", "replay", "reconcile", "metrics"],
+    &[
+        "pipeline",
+        "read",
+        "replay",
+        "reconcile",
+        "metrics",
+        "audit",
+    ],
     // Adapters to the outside: DynamoDB, HTTP.
     &["dynamodb", "http"],
     // Assembly: configuration, process start-up, the command line.

@@ -18,7 +18,7 @@ async fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let ops = runtime::ops(&config, store).map_err(|e| e.to_string())?;
     if !runtime::in_lambda() {
-        let report = handle(&ops, Value::Null, "local", None).await?;
+        let report = handle(&ops, Value::Null, &payhook::cli::operator(), None).await?;
         println!(
             "{}",
             serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
@@ -28,7 +28,8 @@ async fn run() -> Result<(), String> {
     let ops = &ops;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline_ms = i64::try_from(event.context.deadline).ok();
-        handle(ops, event.payload, &event.context.request_id, deadline_ms).await
+        let caller = format!("lambda:{}", event.context.request_id);
+        handle(ops, event.payload, &caller, deadline_ms).await
     }))
     .await
     .map_err(|e| e.to_string())

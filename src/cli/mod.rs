@@ -322,6 +322,12 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
     }
 }
 
+/// Who runs this command line, for replays and audit lines: `cli:$USER`.
+pub fn operator() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    format!("cli:{user}")
+}
+
 /// Prints `value` as pretty JSON, or as the lines `table` makes of it.
 fn print_as<T: Serialize>(
     format: Format,
@@ -362,7 +368,9 @@ async fn ledger_shards(
                 ledger_shards: l.unwrap_or(0),
                 index_shards: i.unwrap_or(0),
             };
-            store.grow_layout(want).await?
+            let detail = serde_json::json!({ "want": want });
+            let grown = store.grow_layout(want).await.map_err(CliError::from);
+            audited(&operator(), "ledger.grow", &detail, grown)?
         }
     };
     print_json(&layout)
@@ -406,7 +414,8 @@ async fn reconcile(
     let mut ops = crate::runtime::ops(config, store)?;
     ops.metrics = crate::runtime::metrics_sink(metrics);
     let spinner = progress::spinner("reconciling");
-    let report = crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, "cli", None).await;
+    let report =
+        crate::reconcile::invoke::handle(&ops, serde_json::Value::Null, &operator(), None).await;
     spinner.finish_and_clear();
     print_json(&report.map_err(CliError::Other)?)
 }
@@ -419,21 +428,22 @@ async fn replay_command(
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let ops = crate::runtime::ops(config, store)?;
-    let who = std::env::var("USER").unwrap_or_else(|_| "operator".into());
     let opts = crate::replay::ReplayOptions {
         dry_run: args.dry_run,
         concurrency: args.concurrency,
-        started_by: format!("cli:{who}"),
+        started_by: operator(),
         lease_ms: config.lease_ms,
         include_replays: args.include_replays,
         max: args.max,
     };
     // The total is known once the deliveries are selected, at the first report.
     let bar = progress::bar("replaying", 0);
+    let filter = args.filter.filter()?;
+    let detail = serde_json::json!({ "filter": format!("{filter:?}"), "dry_run": opts.dry_run, "max": opts.max });
     let summary = crate::replay::replay(
         &ops.pipeline,
         &ops.providers,
-        &args.filter.filter()?,
+        &filter,
         &opts,
         |done, total| {
             bar.set_length(total as u64);
@@ -441,9 +451,27 @@ async fn replay_command(
         },
     )
     .await
-    .map_err(|e| CliError::Other(e.to_string()))?;
+    .map_err(|e| CliError::Other(e.to_string()));
     bar.finish();
+    let summary = audited(&opts.started_by, "replay", &detail, summary)?;
     print_json(&summary)
+}
+
+/// Writes the audit line of an operator action and hands its result on.
+fn audited<T: Serialize>(
+    who: &str,
+    action: &str,
+    detail: &serde_json::Value,
+    result: Result<T, CliError>,
+) -> Result<T, CliError> {
+    match &result {
+        Ok(value) => {
+            let value = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+            crate::audit::record(who, action, detail, Ok(&value));
+        }
+        Err(e) => crate::audit::record(who, action, detail, Err(&e.to_string())),
+    }
+    result
 }
 
 async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), CliError> {
@@ -462,7 +490,21 @@ async fn payments(action: PaymentsAction, store: &DynamoStore) -> Result<(), Cli
                 account: usage("--account", AccountId::parse(&account))?,
                 money: usage("--amount", Money::new(amount, currency))?,
             };
-            match store.register(&expected).await? {
+            let detail = serde_json::json!({
+                "provider": expected.provider, "reference": expected.reference,
+                "account": expected.account, "amount": expected.money.amount.get(),
+                "currency": expected.money.currency,
+            });
+            let outcome = store.register(&expected).await.map_err(CliError::from);
+            let said = outcome.as_ref().map(|o| match o {
+                RegisterOutcome::Created(_) => "created",
+                RegisterOutcome::Exists(_) => "exists",
+                RegisterOutcome::Assigned(_) => "assigned",
+                RegisterOutcome::Mismatch(..) => "mismatch",
+            });
+            let said = said.map_err(|e| CliError::Other(e.to_string()));
+            audited(&operator(), "payments.expect", &detail, said)?;
+            match outcome? {
                 RegisterOutcome::Created(p) => {
                     print_json(&serde_json::json!({"result": "created", "payment": p}))
                 }

@@ -81,37 +81,17 @@ pub struct Ops<S> {
 /// long before it, so its report is written and returned.
 const DEADLINE_MARGIN_MS: i64 = 5_000;
 
-/// Handles one invocation; `request_id` names who started a replay. `deadline_ms` (epoch ms,
-/// inside Lambda) bounds a reconciliation pass.
+/// Handles one invocation for `caller` (`lambda:{request id}`, `cli:{user}`): who started a
+/// replay (unless the request names one) and who is written in the audit line. `deadline_ms`
+/// (epoch ms, inside Lambda) bounds a reconciliation pass.
 pub async fn handle<S: Store>(
     ops: &Ops<S>,
     payload: Value,
-    request_id: &str,
+    caller: &str,
     deadline_ms: Option<i64>,
 ) -> Result<Value, String> {
     if payload.get("action").and_then(Value::as_str) == Some("replay") {
-        let req: ReplayRequest =
-            serde_json::from_value(payload).map_err(|e| format!("bad replay request: {e}"))?;
-        let opts = ReplayOptions {
-            dry_run: req.dry_run,
-            concurrency: req.concurrency.unwrap_or(8).clamp(1, 64),
-            started_by: req
-                .started_by
-                .unwrap_or_else(|| format!("lambda:{request_id}")),
-            lease_ms: ops.settings.lease_ms,
-            include_replays: req.include_replays,
-            max: req.max.unwrap_or(10_000),
-        };
-        let summary = replay(
-            &ops.pipeline,
-            &ops.providers,
-            &req.filter.to_filter()?,
-            &opts,
-            |_, _| {},
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        return serde_json::to_value(summary).map_err(|e| e.to_string());
+        return replay_invocation(ops, payload, caller).await;
     }
     // Anything else (the EventBridge schedule) runs one reconciliation pass.
     let mut settings = ops.settings;
@@ -127,9 +107,54 @@ pub async fn handle<S: Store>(
         api: &ops.api,
         settings,
     };
-    let report = reconciler.run().await.map_err(|e| e.to_string())?;
+    let detail = serde_json::json!({ "budget_ms": settings.budget_ms });
+    let report = match reconciler.run().await {
+        Ok(report) => report,
+        Err(e) => {
+            crate::audit::record(caller, "reconcile", &detail, Err(&e.to_string()));
+            return Err(e.to_string());
+        }
+    };
     emit_report_metrics(&report, ops.metrics);
+    let counts = serde_json::json!({
+        "completed": report.completed.len(), "needs_human": report.needs_human.len(),
+        "still_unknown": report.still_unknown.len(), "waiting": report.waiting.len(),
+        "abandoned": report.abandoned.len(), "deferred": report.deferred,
+    });
+    crate::audit::record(caller, "reconcile", &detail, Ok(&counts));
     serde_json::to_value(report).map_err(|e| e.to_string())
+}
+
+/// `{"action":"replay",…}`: replays the selected deliveries, audited.
+async fn replay_invocation<S: Store>(
+    ops: &Ops<S>,
+    payload: Value,
+    caller: &str,
+) -> Result<Value, String> {
+    let req: ReplayRequest =
+        serde_json::from_value(payload).map_err(|e| format!("bad replay request: {e}"))?;
+    let opts = ReplayOptions {
+        dry_run: req.dry_run,
+        concurrency: req.concurrency.unwrap_or(8).clamp(1, 64),
+        started_by: req.started_by.clone().unwrap_or_else(|| caller.to_owned()),
+        lease_ms: ops.settings.lease_ms,
+        include_replays: req.include_replays,
+        max: req.max.unwrap_or(10_000),
+    };
+    let filter = req.filter.to_filter()?;
+    let detail = serde_json::json!({ "filter": format!("{filter:?}"), "dry_run": opts.dry_run, "max": opts.max });
+    let summary = replay(&ops.pipeline, &ops.providers, &filter, &opts, |_, _| {})
+        .await
+        .map_err(|e| e.to_string());
+    let summary = match summary.and_then(|s| serde_json::to_value(s).map_err(|e| e.to_string())) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::audit::record(&opts.started_by, "replay", &detail, Err(&e));
+            return Err(e);
+        }
+    };
+    crate::audit::record(&opts.started_by, "replay", &detail, Ok(&summary));
+    Ok(summary)
 }
 
 /// One EMF line with the pass's counts, namespace `payhook`, so alarms can watch

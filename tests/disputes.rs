@@ -266,28 +266,10 @@ async fn a_reinstatement_credits_once_and_one_before_its_withdrawal_converges() 
     assert_eq!(p.disputed_minor, 0);
 }
 
-/// A reconciliation pass that needs no provider API (nothing is old enough to ask about).
+/// A reconciliation pass that needs no provider API (nothing is old enough to ask about, and
+/// the dispute list is refused at once).
 async fn reconcile(store: &DynamoStore) {
-    let (providers, _) = config().providers();
-    let api = HttpProviderApi::new(vec![ApiEndpoint {
-        provider: ProviderId::STRIPE,
-        base_url: "http://127.0.0.1:9".into(),
-        api_key: "k".into(),
-    }])
-    .unwrap();
-    let pipeline = Pipeline::new(store.clone());
-    Reconciler {
-        pipeline: &pipeline,
-        providers: &providers,
-        api: &api,
-        settings: ReconcileSettings {
-            lease_ms: 5_000,
-            ..ReconcileSettings::default()
-        },
-    }
-    .run()
-    .await
-    .unwrap();
+    reconcile_with(store, ProviderId::STRIPE, "http://127.0.0.1:9").await;
 }
 
 #[tokio::test]

@@ -358,11 +358,12 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
         settings: ReconcileSettings::default(),
         metrics: payhook::metrics::MetricsSink::Off,
     };
-    // WHEN the operations function is invoked with the sample's shape
+    // WHEN the operations function is invoked with the sample's shape (the binary names the
+    // caller `lambda:{request id}`)
     let dry = handle(
         &ops,
         json!({"action": "replay", "filter": {"outcome": "parked"}, "dry_run": true}),
-        "req-1",
+        "lambda:req-1",
         None,
     )
     .await
@@ -370,7 +371,7 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
     let real = handle(
         &ops,
         json!({"action": "replay", "filter": {"outcome": "parked"}}),
-        "req-2",
+        "lambda:req-2",
         None,
     )
     .await

@@ -24,6 +24,9 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
     ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
+    ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token of POST /payouts and GET /payouts/{payout} under `payhook serve` (at least 24 characters; unset: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
+    ("PAYHOOK_PAYOUT_MAX_MINOR", "the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
+    ("PAYHOOK_PROVIDER_TIMEOUT_MS", "how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
     ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];
@@ -68,6 +71,10 @@ pub struct Config {
     pub default_account: Option<AccountId>,
     /// The read routes' bearer token under `payhook serve --read-api`.
     pub read_token: Option<ReadToken>,
+    /// The payout routes' bearer token under `payhook serve`.
+    pub payout_token: Option<ReadToken>,
+    pub payout_max_minor: i64,
+    pub provider_timeout_ms: i64,
     /// Per provider, where its webhooks may come from (`PAYHOOK_{PROVIDER}_SOURCE_IPS`).
     pub source_allowlists: BTreeMap<ProviderId, SourceAllowlist>,
 }
@@ -121,6 +128,24 @@ impl Config {
                 reason: "must be at least 24 characters",
             })?),
         };
+        let name = "PAYHOOK_PAYOUT_TOKEN";
+        let payout_token = match get(name).filter(|v| !v.trim().is_empty()) {
+            None => None,
+            Some(v) => Some(ReadToken::new(&v).ok_or(ConfigError::Invalid {
+                name,
+                value: "<redacted>".into(),
+                reason: "must be at least 24 characters",
+            })?),
+        };
+        let payout_max_minor = positive(&get, "PAYHOOK_PAYOUT_MAX_MINOR", 100_000_000)?;
+        if payout_max_minor > crate::domain::MAX_AMOUNT_MINOR {
+            return Err(ConfigError::Invalid {
+                name: "PAYHOOK_PAYOUT_MAX_MINOR",
+                value: payout_max_minor.to_string(),
+                reason: "must be at most 10^15",
+            });
+        }
+        let provider_timeout_ms = positive(&get, "PAYHOOK_PROVIDER_TIMEOUT_MS", 5_000)?;
         let provider_env: BTreeMap<&'static str, String> = REGISTRY
             .iter()
             .flat_map(|d| d.env.iter())
@@ -144,6 +169,9 @@ impl Config {
             provider_env,
             default_account,
             read_token,
+            payout_token,
+            payout_max_minor,
+            provider_timeout_ms,
             source_allowlists,
         })
     }

@@ -76,6 +76,7 @@ pub mod idempotency;
 pub mod ledger;
 pub mod metrics;
 pub mod payments;
+pub mod payouts;
 pub mod pipeline;
 pub mod providers;
 pub mod read;

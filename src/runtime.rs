@@ -12,6 +12,7 @@ use crate::dynamodb::DynamoStore;
 use crate::metrics::MetricsSink;
 use std::sync::Arc;
 
+use crate::http::payouts::{PayoutAccess, PayoutService};
 use crate::http::{App, ReadAccess};
 use crate::pipeline::{Pipeline, Store};
 use crate::reconcile::invoke::Ops;
@@ -138,7 +139,26 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         // authorizer) may read, until `serve` says otherwise.
         read_access: ReadAccess::Iam,
         source_allowlists: config.source_allowlists.clone(),
+        payouts: payout_service(config, PayoutAccess::Iam),
     })
+}
+
+/// The payout routes' provider client (the providers whose API key is set) and access.
+pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutService> {
+    let timeout = std::time::Duration::from_millis(
+        u64::try_from(config.provider_timeout_ms).unwrap_or(5_000),
+    );
+    match HttpProviderApi::new(config.api_endpoints.clone()) {
+        Ok(api) => Some(PayoutService {
+            api: api.with_timeout(timeout),
+            access,
+            max_amount_minor: config.payout_max_minor,
+        }),
+        Err(e) => {
+            tracing::error!(error = %e, "no TLS roots: payouts answer 503");
+            None
+        }
+    }
 }
 
 /// What the operations function (reconcile, replay) needs.

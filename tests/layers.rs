@@ -11,7 +11,14 @@ const LAYERS: &[&[&str]] = &[
     // The vocabulary, and the error every store call gives.
     &["domain", "store"],
     // Capabilities (traits beside their types, pure judges) and the provider adapters.
-    &["idempotency", "payments", "ledger", "eventlog", "providers"],
+    &[
+        "idempotency",
+        "payments",
+        "payouts",
+        "ledger",
+        "eventlog",
+        "providers",
+    ],
     // What decides and reads, over the capabilities, and the metric lines it writes.
     &[
         "pipeline",

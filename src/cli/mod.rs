@@ -575,6 +575,14 @@ async fn serve(
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
         a.metrics = metrics;
+        // Never open: a route that moves money out needs its token even on loopback.
+        a.payouts = crate::runtime::payout_service(
+            &config,
+            match &config.payout_token {
+                Some(t) => crate::http::payouts::PayoutAccess::Token(t.clone()),
+                None => crate::http::payouts::PayoutAccess::Off,
+            },
+        );
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");

@@ -63,6 +63,14 @@ text_newtype!(
     /// A provider's reference for one money movement (Paystack `reference`, Stripe `pi_…`).
     Reference, 200
 );
+impl Reference {
+    /// A reference payhook makes itself (a payout id: `po_` and hex digits), which always
+    /// passes [`Reference::parse`].
+    pub fn generated(text: String) -> Self {
+        Reference(text)
+    }
+}
+
 text_newtype!(
     /// The account (wallet, merchant) a movement credits or debits.
     AccountId, 200
@@ -178,15 +186,28 @@ pub enum Operation {
     DisputeWithdrawal,
     /// Credit what the provider gave back when the merchant won a dispute, once per dispute.
     DisputeReinstatement,
+    /// Debit a payout's amount when it is reserved, before the transfer is sent
+    /// (`{provider}:payout:{payout id}`).
+    Payout,
+    /// Credit a payout's reservation back when the provider says its transfer failed.
+    PayoutFailed,
+    /// Debit a payout again when the provider says it paid after it said it failed.
+    PayoutPaid,
+    /// Credit a payout back when the provider reverses its transfer (after paying, or before).
+    PayoutReversed,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 5] = [
+    pub const ALL: [Operation; 9] = [
         Operation::Payment,
         Operation::Refund,
         Operation::RefundReversal,
         Operation::DisputeWithdrawal,
         Operation::DisputeReinstatement,
+        Operation::Payout,
+        Operation::PayoutFailed,
+        Operation::PayoutPaid,
+        Operation::PayoutReversed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -196,6 +217,10 @@ impl Operation {
             Operation::RefundReversal => "refund_reversal",
             Operation::DisputeWithdrawal => "dispute_withdrawal",
             Operation::DisputeReinstatement => "dispute_reinstatement",
+            Operation::Payout => "payout",
+            Operation::PayoutFailed => "payout_failed",
+            Operation::PayoutPaid => "payout_paid",
+            Operation::PayoutReversed => "payout_reversed",
         }
     }
 }
@@ -333,8 +358,64 @@ pub enum EventKind {
     /// chargeback as its API lists it): priced in its payment's currency by the pipeline, as
     /// [`EventKind::RefundUnpriced`] is, then applied as an [`EventKind::Dispute`].
     DisputeUnpriced(UnpricedDispute),
+    /// What the provider says about a transfer payhook sent for a payout (a settlement
+    /// webhook), by the reference payhook gave it.
+    Transfer(TransferFacts),
     /// A type we log but do not act on.
     Ignored,
+}
+
+/// The provider's word about a transfer. Only `Success`, `Failed` and `Reversed` are final;
+/// `Pending` changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferState {
+    Pending,
+    Success,
+    Failed,
+    Reversed,
+}
+
+impl TransferState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferState::Pending => "pending",
+            TransferState::Success => "success",
+            TransferState::Failed => "failed",
+            TransferState::Reversed => "reversed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            TransferState::Pending,
+            TransferState::Success,
+            TransferState::Failed,
+            TransferState::Reversed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// The key a final word is applied under (`{provider}:{operation}:{payout id}`): one per
+    /// word, so each is applied once whatever the order and however often it is delivered.
+    pub fn operation(self) -> Option<Operation> {
+        match self {
+            TransferState::Pending => None,
+            TransferState::Success => Some(Operation::PayoutPaid),
+            TransferState::Failed => Some(Operation::PayoutFailed),
+            TransferState::Reversed => Some(Operation::PayoutReversed),
+        }
+    }
+}
+
+/// A settlement webhook: `reference` is the payout id payhook sent as the provider reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferFacts {
+    pub reference: Reference,
+    pub state: TransferState,
+    /// The provider's own status word (`success`, `SUCCESSFUL`, `reversed`), for the record.
+    pub provider_status: String,
 }
 
 /// See [`EventKind::DisputeUnpriced`].
@@ -435,6 +516,10 @@ impl NormalisedEvent {
                 u.movement.operation(),
                 &u.dispute,
             )),
+            EventKind::Transfer(t) => t
+                .state
+                .operation()
+                .map(|op| IdempotencyKey::new(self.provider, op, &t.reference)),
             EventKind::PaymentState { .. } | EventKind::Ignored => None,
         }
     }
@@ -450,6 +535,7 @@ impl NormalisedEvent {
             EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
             EventKind::Dispute { facts, .. } => Some(&facts.payment_reference),
             EventKind::DisputeUnpriced(u) => Some(&u.payment_reference),
+            EventKind::Transfer(t) => Some(&t.reference),
             EventKind::Ignored => None,
         }
     }
@@ -465,7 +551,7 @@ impl NormalisedEvent {
             EventKind::RefundUnpriced(u) => u.payment_reference = reference,
             EventKind::Dispute { facts, .. } => facts.payment_reference = reference,
             EventKind::DisputeUnpriced(u) => u.payment_reference = reference,
-            EventKind::Ignored => {}
+            EventKind::Transfer(_) | EventKind::Ignored => {}
         }
         self
     }
@@ -566,6 +652,12 @@ pub enum ClaimedFacts {
         amount: i64,
         currency: String,
     },
+    /// A settlement word about payout `reference`: the word is the fact (the money is the
+    /// payout's own, recorded when it was reserved).
+    Transfer {
+        reference: String,
+        state: TransferState,
+    },
 }
 
 impl ClaimedFacts {
@@ -597,8 +689,17 @@ impl ClaimedFacts {
                 amount: facts.money.amount.get(),
                 currency: facts.money.currency.to_string(),
             }),
+            EventKind::Transfer(t) if t.state != TransferState::Pending => {
+                // Not the provider's status word: a webhook and an API answer word it
+                // differently and are still the same fact.
+                Some(ClaimedFacts::Transfer {
+                    reference: t.reference.to_string(),
+                    state: t.state,
+                })
+            }
             // Priced (and so claimed) only once its payment's currency is known.
-            EventKind::RefundUnpriced(_)
+            EventKind::Transfer(_)
+            | EventKind::RefundUnpriced(_)
             | EventKind::DisputeUnpriced(_)
             | EventKind::PaymentState { .. }
             | EventKind::Ignored => None,
@@ -684,6 +785,11 @@ impl ClaimedFacts {
                     movement,
                 }
             }
+            ClaimedFacts::Transfer { reference, state } => EventKind::Transfer(TransferFacts {
+                reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
+                state,
+                provider_status: state.as_str().to_owned(),
+            }),
         })
     }
 }

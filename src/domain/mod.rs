@@ -8,7 +8,7 @@ mod payment;
 pub use event::{
     AccountId, ClaimedFacts, DisputeFacts, DisputeMovement, EventKind, Fingerprint, IdempotencyKey,
     NormalisedEvent, Operation, PaymentFacts, ProviderId, Reference, RefundFacts, StateFacts,
-    TextError, UnpricedDispute, UnpricedRefund,
+    TextError, TransferFacts, TransferState, UnpricedDispute, UnpricedRefund,
 };
 pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;

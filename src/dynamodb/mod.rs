@@ -15,6 +15,7 @@ pub mod lean;
 mod ledger;
 pub mod observe;
 mod payments;
+mod payouts;
 pub mod regions;
 pub mod schema;
 mod tables;

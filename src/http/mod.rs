@@ -2,6 +2,7 @@
 //! Webhooks: request -> provider adapter (verify, normalise) -> pipeline -> response. Reads
 //! ([`read`]): authorize -> [`crate::read`] -> JSON. No domain logic here.
 
+pub mod payouts;
 pub mod read;
 pub mod source;
 
@@ -39,6 +40,8 @@ pub struct App<S> {
     pub read_access: ReadAccess,
     /// Where each provider's webhooks may come from ([`source`]); absent: any source.
     pub source_allowlists: std::collections::BTreeMap<ProviderId, source::SourceAllowlist>,
+    /// The payout routes' client and access ([`payouts`]); `None`: they answer 503.
+    pub payouts: Option<payouts::PayoutService>,
 }
 
 impl<S> App<S> {
@@ -51,10 +54,11 @@ pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
     Router::new()
         .route("/webhooks/{provider}", post(webhook::<S>))
         .merge(read::routes(app.clone()))
+        .merge(payouts::routes())
         .with_state(app)
 }
 
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let body = json!({ "error": code, "message": message.into() });
     (
         status,
@@ -66,7 +70,7 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
 
 /// The lease for this invocation: inside Lambda, until shortly before its deadline (bounded by
 /// the configured maximum); outside, the configured length.
-fn lease_ms<S>(app: &App<S>, req: &Request<Body>, now: i64) -> i64 {
+pub(crate) fn lease_ms<S>(app: &App<S>, req: &Request<Body>, now: i64) -> i64 {
     match req.extensions().get::<lambda_http::Context>() {
         Some(ctx) => {
             let deadline = i64::try_from(ctx.deadline).unwrap_or(i64::MAX);

@@ -77,6 +77,16 @@ impl ReadToken {
         })
     }
 
+    /// A short public name of the token (hex of its digest's first bytes): the caller a
+    /// payout's key is scoped to locally, so two tokens are two callers.
+    pub fn id(&self) -> String {
+        self.digest
+            .iter()
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     pub fn matches(&self, presented: &str) -> bool {
         let d: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         bool::from(d.ct_eq(&self.digest))
@@ -107,7 +117,7 @@ pub fn routes<S: Store>(app: Arc<App<S>>) -> Router<Arc<App<S>>> {
 }
 
 /// The IAM caller API Gateway put in the request context, if any.
-fn iam_caller(req: &Request<Body>) -> Option<String> {
+pub(crate) fn iam_caller(req: &Request<Body>) -> Option<String> {
     let Some(RequestContext::ApiGatewayV2(ctx)) = req.extensions().get::<RequestContext>() else {
         return None;
     };
@@ -203,7 +213,7 @@ fn failed(e: ReadError) -> Response {
             format!("{what} not found"),
         ),
         ReadError::Invalid { field, reason } => invalid(field, format!("{field} {reason}")),
-        ReadError::Store(e @ StoreError::Unavailable { .. }) => {
+        ReadError::Store(e @ (StoreError::Unavailable { .. } | StoreError::Contended { .. })) => {
             tracing::error!(error = ?e, "read failed");
             error(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -3,6 +3,10 @@
 //! layer sends and the claim stores for replay.
 
 mod disputes;
+mod payouts;
+mod transfers;
+
+pub use payouts::{PayoutAnswer, PayoutCall};
 
 use serde::Serialize;
 
@@ -17,12 +21,13 @@ use crate::payments::{
     Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, RefundOutcome, ReversalOutcome,
     StateOutcome,
 };
+use crate::payouts::Payouts;
 use crate::store::StoreError;
 
 /// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
 /// store: the four capabilities, shareable across tasks.
-pub trait Store: Claims + Payments + Ledger + EventLog + Send + Sync + 'static {}
-impl<T: Claims + Payments + Ledger + EventLog + Send + Sync + 'static> Store for T {}
+pub trait Store: Claims + Payments + Payouts + Ledger + EventLog + Send + Sync + 'static {}
+impl<T: Claims + Payments + Payouts + Ledger + EventLog + Send + Sync + 'static> Store for T {}
 
 /// What to answer, and what to log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,6 +288,16 @@ impl<S: Store> Pipeline<S> {
             | EventKind::RefundSucceeded(_)
             | EventKind::RefundReversed(_)
             | EventKind::Dispute { .. } => self.money(ev, lease_ms).await,
+            EventKind::Transfer(t) => match ev.key() {
+                Some(_) => self.money(ev, lease_ms).await,
+                // Pending: changes nothing.
+                None => Ok(state_answer(
+                    "stale",
+                    &t.reference,
+                    "pending",
+                    Outcome::Stale,
+                )),
+            },
             // Still unpriced: its payment (and so its currency) is not known yet.
             EventKind::RefundUnpriced(_) | EventKind::DisputeUnpriced(_) => match ev.key() {
                 Some(key) => Ok(parked(&key)),
@@ -412,6 +427,7 @@ impl<S: Store> Pipeline<S> {
             EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
             EventKind::RefundReversed(r) => self.reverse(ev, r, key).await,
             EventKind::Dispute { facts, movement } => self.dispute(ev, facts, *movement, key).await,
+            EventKind::Transfer(t) => self.transfer(ev, t, key).await,
             // `money` only calls this for money events; anything else moves nothing.
             EventKind::RefundUnpriced(_)
             | EventKind::DisputeUnpriced(_)

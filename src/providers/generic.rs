@@ -8,11 +8,12 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
+use super::transfers::{known, ApiCall, TransferDef};
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     DisputeFacts, DisputeMovement, EventKind, NormalisedEvent, PaymentFacts, PaymentStatus,
-    ProviderId, Reference, RefundFacts, StateFacts,
+    ProviderId, Reference, RefundFacts, StateFacts, TransferFacts, TransferState,
 };
 
 pub const ID: ProviderId = ProviderId::from_static("generic");
@@ -45,10 +46,46 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_GENERIC_SOURCE_IPS",
+    transfers: Some(TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_GENERIC_API_URL",
         default_base_url: None,
         key_var: "PAYHOOK_GENERIC_API_KEY",
+    },
+};
+
+/// The generic provider's documented transfer API: `POST /transfers`
+/// `{"reference","amount","currency","destination","narration"?}` and
+/// `GET /transfers/{reference}`, each answering `{"reference","status"}` with
+/// `pending|success|failed|reversed` (404 when it never arrived).
+pub const TRANSFERS: TransferDef = TransferDef {
+    send: |call| {
+        let body = serde_json::json!({
+            "reference": call.payout.as_str(),
+            "amount": call.money.amount.get(),
+            "currency": call.money.currency.as_str(),
+            "destination": call.destination,
+            "narration": call.narration,
+        });
+        Ok(ApiCall {
+            path: "/transfers".into(),
+            content_type: "application/json",
+            body: body.to_string().into_bytes(),
+            idempotency_key: Some(call.payout.to_string()),
+        })
+    },
+    ask_path: |payout| format!("/transfers/{payout}"),
+    read: |body, payout, _| {
+        let root = parse_object(body)?;
+        let f = Fields::new(&root);
+        if f.str("reference")? != payout.as_str() {
+            return Err(PayloadError::invalid("reference", "is not the payout's"));
+        }
+        let status = f.str("status")?;
+        let state = TransferState::parse(status).ok_or_else(|| {
+            PayloadError::invalid("status", "is not pending, success, failed or reversed")
+        })?;
+        Ok(known(state, status))
     },
 };
 
@@ -179,6 +216,10 @@ impl Provider for Generic {
             "refund.failed" => EventKind::RefundReversed(refund(&f)?),
             "dispute.funds_withdrawn" => dispute(&f, DisputeMovement::Withdrawal)?,
             "dispute.funds_reinstated" => dispute(&f, DisputeMovement::Reinstatement)?,
+            // A payout's transfer (`data.reference` is the reference payhook sent).
+            "transfer.succeeded" => transfer(&f, TransferState::Success, "succeeded")?,
+            "transfer.failed" => transfer(&f, TransferState::Failed, "failed")?,
+            "transfer.reversed" => transfer(&f, TransferState::Reversed, "reversed")?,
             // Anything else is acknowledged and logged, so the provider stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -214,6 +255,16 @@ impl Provider for Generic {
             }),
         }
     }
+}
+
+fn transfer(f: &Fields<'_>, state: TransferState, status: &str) -> Result<EventKind, PayloadError> {
+    // Amount and currency are the payout's own; when sent they must be well formed.
+    f.opt_money("data.amount", "data.currency")?;
+    Ok(EventKind::Transfer(TransferFacts {
+        reference: f.reference("data.reference")?,
+        state,
+        provider_status: status.to_owned(),
+    }))
 }
 
 fn refund(f: &Fields<'_>) -> Result<RefundFacts, PayloadError> {

@@ -12,6 +12,7 @@ pub mod json;
 pub mod paystack;
 pub mod signature;
 pub mod stripe;
+pub mod transfers;
 
 use std::collections::BTreeMap;
 
@@ -288,6 +289,8 @@ pub struct ProviderDef {
     /// The env var of its source-IP allowlist (also in `env`): addresses or CIDR blocks its
     /// webhooks may come from, checked by the router ([`crate::http::source`]); blank: off.
     pub source_ips: &'static str,
+    /// How its API sends and tells about transfers (payouts), if payhook pays out through it.
+    pub transfers: Option<transfers::TransferDef>,
 }
 
 /// Boxes a built adapter.
@@ -301,6 +304,11 @@ pub fn boxed<P: Provider + 'static>(r: Result<P, SignatureError>) -> Built {
 /// Every provider payhook serves. Adding one: a module under providers/ exporting its
 /// `ProviderDef`, and its line here.
 pub const REGISTRY: &[ProviderDef] = &[generic::DEF, stripe::DEF, paystack::DEF, flutterwave::DEF];
+
+/// The provider's definition.
+pub fn def(id: ProviderId) -> Option<&'static ProviderDef> {
+    REGISTRY.iter().find(|d| d.id == id)
+}
 
 /// The registered provider named `name`.
 pub fn registered(name: &str) -> Option<ProviderId> {

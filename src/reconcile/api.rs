@@ -6,12 +6,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::domain::ProviderId;
+use crate::payouts::{Ambiguous, PayoutId, TransferAnswer, TransferCall, Transfers};
+use crate::providers::transfers::ApiCall;
 
 pub use crate::providers::ProviderTruth;
 
@@ -73,7 +75,7 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 /// Real HTTP client for the providers' APIs (TLS by rustls with the SDK's aws-lc provider, so
 /// the binary carries one TLS stack).
 pub struct HttpProviderApi {
-    client: Client<Https, Empty<Bytes>>,
+    client: Client<Https, Full<Bytes>>,
     endpoints: Vec<ApiEndpoint>,
     timeout: Duration,
 }
@@ -109,7 +111,7 @@ impl HttpProviderApi {
         let req = http::Request::get(&url)
             .header("authorization", format!("Bearer {}", ep.api_key))
             .header("accept", "application/json")
-            .body(Empty::new())
+            .body(Full::new(Bytes::new()))
             .map_err(|e| transport(Box::new(e)))?;
         let res = self
             .client
@@ -145,5 +147,123 @@ impl ProviderApi for HttpProviderApi {
                 provider,
                 timeout_ms: self.timeout.as_millis(),
             })?
+    }
+}
+
+impl HttpProviderApi {
+    fn endpoint(&self, provider: ProviderId) -> Result<&ApiEndpoint, ApiError> {
+        self.endpoints
+            .iter()
+            .find(|e| e.provider == provider)
+            .ok_or(ApiError::NotConfigured(provider))
+    }
+
+    /// One `POST`: the status and the body (bounded) of any answer.
+    async fn post(&self, ep: &ApiEndpoint, call: &ApiCall) -> Result<(u16, Bytes), ApiError> {
+        let provider = ep.provider;
+        let transport = |e: Box<dyn std::error::Error + Send + Sync>| ApiError::Transport {
+            provider,
+            source: e,
+        };
+        let url = format!("{}{}", ep.base_url.trim_end_matches('/'), call.path);
+        let mut req = http::Request::post(&url)
+            .header("authorization", format!("Bearer {}", ep.api_key))
+            .header("accept", "application/json")
+            .header("content-type", call.content_type);
+        if let Some(key) = &call.idempotency_key {
+            req = req.header("idempotency-key", key);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(call.body.clone())))
+            .map_err(|e| transport(Box::new(e)))?;
+        let res = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| transport(Box::new(e)))?;
+        let status = res.status().as_u16();
+        let body = Limited::new(res.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(transport)?;
+        Ok((status, body.to_bytes()))
+    }
+
+    async fn bounded<T>(
+        &self,
+        provider: ProviderId,
+        f: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        tokio::time::timeout(self.timeout, f)
+            .await
+            .map_err(|_| ApiError::Timeout {
+                provider,
+                timeout_ms: self.timeout.as_millis(),
+            })?
+    }
+}
+
+fn transfer_def(
+    provider: ProviderId,
+) -> Result<crate::providers::transfers::TransferDef, Ambiguous> {
+    crate::providers::def(provider)
+        .and_then(|d| d.transfers)
+        .ok_or_else(|| Ambiguous(format!("{provider} has no transfer API")))
+}
+
+/// Anything but a readable answer is ambiguous: the transfer may or may not exist.
+fn ambiguous(e: impl std::fmt::Display) -> Ambiguous {
+    Ambiguous(e.to_string())
+}
+
+impl Transfers for HttpProviderApi {
+    async fn send(
+        &self,
+        provider: ProviderId,
+        call: TransferCall<'_>,
+    ) -> Result<TransferAnswer, Ambiguous> {
+        let def = transfer_def(provider)?;
+        let ep = self.endpoint(provider).map_err(ambiguous)?;
+        // A destination the provider's call cannot be built from never reaches it.
+        let api_call = (def.send)(&call).map_err(|e| Ambiguous(format!("not sent: {e}")))?;
+        let (status, body) = self
+            .bounded(provider, self.post(ep, &api_call))
+            .await
+            .map_err(ambiguous)?;
+        match status {
+            200..=299 => (def.read)(&body, call.payout, false).map_err(ambiguous),
+            // Timeouts, conflicts (a request still running under the key) and 5xx: unknown.
+            408 | 409 | 425 | 429 | 500..=599 => {
+                Err(Ambiguous(format!("{provider} answered HTTP {status}")))
+            }
+            _ => Ok(TransferAnswer::Absent {
+                status: format!("refused: HTTP {status}"),
+            }),
+        }
+    }
+
+    async fn ask(
+        &self,
+        provider: ProviderId,
+        payout: &PayoutId,
+    ) -> Result<TransferAnswer, Ambiguous> {
+        let def = transfer_def(provider)?;
+        let ep = self.endpoint(provider).map_err(ambiguous)?;
+        let path = (def.ask_path)(payout);
+        match self
+            .bounded(provider, self.get(ep, &path))
+            .await
+            .map_err(ambiguous)?
+        {
+            Some(body) => (def.read)(&body, payout, true).map_err(ambiguous),
+            None => Ok(TransferAnswer::Absent {
+                status: "not found".into(),
+            }),
+        }
+    }
+
+    fn supports(&self, provider: ProviderId) -> bool {
+        self.endpoint(provider).is_ok()
+            && crate::providers::def(provider).is_some_and(|d| d.transfers.is_some())
     }
 }

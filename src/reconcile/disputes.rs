@@ -15,7 +15,7 @@ use crate::store::StoreError;
 /// The event type disputes read from a provider's list are logged under.
 pub const DISPUTE_LIST_EVENT_TYPE: &str = "reconcile.dispute_list";
 
-impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
+impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> {
     pub(super) async fn reconcile_disputes(
         &self,
         report: &mut Report,

@@ -25,6 +25,7 @@
 pub mod api;
 mod disputes;
 pub mod invoke;
+mod payouts;
 
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
@@ -242,7 +243,7 @@ impl Budget {
     }
 }
 
-impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
+impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> {
     pub async fn run(&self) -> Result<Report, StoreError> {
         let budget_ms = u64::try_from(self.settings.budget_ms.max(0)).unwrap_or(0);
         // No new provider call starts later than one call's timeout before the end.
@@ -255,6 +256,7 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
         self.redrive_parked_refunds(&mut report, budget).await?;
         self.ask_about_open_payments(&mut report, budget).await?;
         self.reconcile_disputes(&mut report, budget).await?;
+        self.reconcile_payouts(&mut report, budget).await?;
         Ok(report)
     }
 
@@ -286,6 +288,9 @@ impl<S: Store, A: ProviderApi> Reconciler<'_, S, A> {
             if budget.spent() {
                 report.deferred.push("stuck_claims");
                 break;
+            }
+            if self.resume_payout_claim(&claim, report).await {
+                continue;
             }
             let provider = claim.key.provider();
             let finding = |detail: &str| {

@@ -24,4 +24,8 @@ pub enum StoreError {
         key: String,
         reason: String,
     },
+    /// Concurrent writers kept moving an item this call needed to move (a busy account's
+    /// payout guard): nothing was decided, retry.
+    #[error("item {key} in {table} is contended; retry")]
+    Contended { table: String, key: String },
 }

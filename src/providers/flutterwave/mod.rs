@@ -11,6 +11,7 @@
 //! through a float.
 
 mod disputes;
+pub mod transfers;
 
 use std::collections::BTreeMap;
 
@@ -76,6 +77,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
+    transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_FLUTTERWAVE_API_URL",
         default_base_url: Some("https://api.flutterwave.com"),
@@ -270,6 +272,7 @@ impl Provider for Flutterwave {
         let kind = match event_type.as_str() {
             "charge.completed" => self.charge_completed(&f, text)?,
             "refund.completed" => refund_completed(&f, text)?,
+            "transfer.completed" => transfers::transfer_completed(&f)?,
             // Anything else is acknowledged and logged, so Flutterwave stops retrying it.
             _ => EventKind::Ignored,
         };

@@ -12,6 +12,7 @@
 //!   other event -> ignored: they move no money. Paystack sends no webhook for a failed charge.
 
 mod disputes;
+pub mod transfers;
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -22,6 +23,7 @@ use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     AccountId, EventKind, Money, NormalisedEvent, PaymentFacts, ProviderId, Reference, RefundFacts,
+    TransferState,
 };
 
 pub const ID: ProviderId = ProviderId::from_static("paystack");
@@ -59,6 +61,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_PAYSTACK_SOURCE_IPS",
+    transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_PAYSTACK_API_URL",
         default_base_url: Some("https://api.paystack.co"),
@@ -153,6 +156,9 @@ impl Provider for Paystack {
             "charge.success" => self.charge_success(&f)?,
             "refund.processed" => refund_processed(&f)?,
             "charge.dispute.resolve" => disputes::dispute_resolved(&f)?,
+            "transfer.success" => transfers::transfer_event(&f, TransferState::Success)?,
+            "transfer.failed" => transfers::transfer_event(&f, TransferState::Failed)?,
+            "transfer.reversed" => transfers::transfer_event(&f, TransferState::Reversed)?,
             // Anything else is acknowledged and logged, so Paystack stops retrying it.
             _ => EventKind::Ignored,
         };

@@ -15,6 +15,7 @@
 //!   of that refund (credited back if it was applied, voided if not).
 
 mod disputes;
+pub mod transfers;
 
 use http::HeaderMap;
 
@@ -62,6 +63,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_STRIPE_SOURCE_IPS",
+    transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_STRIPE_API_URL",
         default_base_url: Some("https://api.stripe.com"),
@@ -220,6 +222,8 @@ impl Provider for Stripe {
                 refund_event(&f)?
             }
             t if t.starts_with("charge.dispute.") => disputes::dispute_event(&f, t)?,
+            "transfer.created" => transfers::transfer_event(&f, true)?,
+            "transfer.reversed" => transfers::transfer_event(&f, false)?,
             // Anything else is acknowledged and logged, so Stripe stops retrying it.
             _ => EventKind::Ignored,
         };

@@ -1,0 +1,789 @@
+//! Payouts end to end: `POST /payouts` through the real router and pipeline, against dynalite
+//! and a fake transfer API on loopback (the generic provider's documented contract), with the
+//! settlement webhooks signed as the generic provider signs them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::Request;
+use common::faults::{invoke, Fault, FaultInjector, Invocation};
+use common::*;
+use payhook::config::Config;
+use payhook::domain::{AccountId, Currency, ProviderId};
+use payhook::dynamodb::DynamoStore;
+use payhook::http::payouts::PayoutAccess;
+use payhook::http::{App, ReadToken};
+use payhook::ledger::Ledger;
+use payhook::payouts::{PayoutId, PayoutRequest, Payouts, RequestKey};
+use payhook::pipeline::{PayoutCall, Pipeline};
+use payhook::providers::Providers;
+use payhook::reconcile::{HttpProviderApi, ReconcileSettings, Reconciler};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const TOKEN: &str = "payout-token-for-the-tests-0123456789";
+const OTHER_TOKEN: &str = "another-callers-payout-token-987654321";
+const LEASE_MS: i64 = 300;
+
+/// How the fake answers a new transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Pending,
+    Success,
+    Failed,
+    /// Takes the transfer, then answers after the client gave up.
+    TimeoutAfterAccepting,
+    /// Answers 503 without taking it.
+    Unavailable,
+}
+
+#[derive(Default)]
+struct Fake {
+    mode: Option<Mode>,
+    transfers: HashMap<String, String>,
+    posts: HashMap<String, usize>,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+async fn create_transfer(
+    State(fake): State<Shared>,
+    body: String,
+) -> (axum::http::StatusCode, String) {
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let reference = v["reference"].as_str().unwrap().to_owned();
+    let (mode, status) = {
+        let mut f = fake.lock().unwrap();
+        *f.posts.entry(reference.clone()).or_insert(0) += 1;
+        let mode = f.mode.unwrap_or(Mode::Pending);
+        let word = match mode {
+            Mode::Success => "success",
+            Mode::Failed => "failed",
+            _ => "pending",
+        };
+        if mode == Mode::Unavailable {
+            return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}".into());
+        }
+        // The provider's own idempotency: one transfer per reference.
+        let status = f
+            .transfers
+            .entry(reference.clone())
+            .or_insert_with(|| word.to_owned())
+            .clone();
+        (mode, status)
+    };
+    if mode == Mode::TimeoutAfterAccepting {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    (
+        axum::http::StatusCode::OK,
+        json!({"reference": reference, "status": status}).to_string(),
+    )
+}
+
+async fn get_transfer(
+    State(fake): State<Shared>,
+    Path(reference): Path<String>,
+) -> (axum::http::StatusCode, String) {
+    let f = fake.lock().unwrap();
+    match f.transfers.get(&reference) {
+        Some(status) => (
+            axum::http::StatusCode::OK,
+            json!({"reference": reference, "status": status}).to_string(),
+        ),
+        None => (axum::http::StatusCode::NOT_FOUND, "{}".into()),
+    }
+}
+
+async fn fake_transfers() -> (String, Shared) {
+    let fake: Shared = Arc::default();
+    let app = axum::Router::new()
+        .route("/transfers", axum::routing::post(create_transfer))
+        .route("/transfers/{reference}", axum::routing::get(get_transfer))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), fake)
+}
+
+fn payout_config(api_url: &str) -> Config {
+    let api_url = api_url.to_owned();
+    Config::from_lookup(move |name| match name {
+        "PAYHOOK_GENERIC_SECRETS" => Some(SECRET.to_owned()),
+        "PAYHOOK_GENERIC_API_URL" => Some(api_url.clone()),
+        "PAYHOOK_GENERIC_API_KEY" => Some("k_test".into()),
+        "PAYHOOK_LEASE_MS" => Some(LEASE_MS.to_string()),
+        "PAYHOOK_PROVIDER_TIMEOUT_MS" => Some("300".into()),
+        "PAYHOOK_PAYOUT_MAX_MINOR" => Some("1000000".into()),
+        _ => None,
+    })
+    .unwrap()
+}
+
+fn payout_app(store: DynamoStore, api_url: &str) -> Arc<App<DynamoStore>> {
+    let config = payout_config(api_url);
+    let mut app = payhook::runtime::build_app(&config, store);
+    let a = Arc::get_mut(&mut app).unwrap();
+    a.metrics = payhook::metrics::MetricsSink::Off;
+    a.payouts = payhook::runtime::payout_service(
+        &config,
+        PayoutAccess::Token(ReadToken::new(TOKEN).unwrap()),
+    );
+    app
+}
+
+fn ngn() -> Currency {
+    Currency::parse("NGN").unwrap()
+}
+
+async fn balance(store: &DynamoStore, account: &str) -> i64 {
+    let b = store
+        .balance(&AccountId::parse(account).unwrap())
+        .await
+        .unwrap();
+    b.balances.get(&ngn()).copied().unwrap_or(0)
+}
+
+/// Credits `account` with `amount` NGN through a signed webhook.
+async fn fund(app: &Arc<App<DynamoStore>>, account: &str, amount: i64, reference: &str) {
+    let body = payment_body(
+        &format!("evt_{reference}"),
+        reference,
+        account,
+        amount,
+        "NGN",
+    );
+    assert_eq!(send(app, signed(&body)).await.status, 200);
+}
+
+fn payout_body(account: &str, amount: i64) -> String {
+    json!({"provider": "generic", "account": account, "amount": amount, "currency": "NGN",
+           "destination": {"bank": "058", "account_number": "0123456789"}, "narration": "payout"})
+    .to_string()
+}
+
+fn payout_request(key: &str, body: &str, token: Option<&str>) -> Request<Body> {
+    let mut r = Request::post("/payouts").header("content-type", "application/json");
+    if !key.is_empty() {
+        r = r.header("idempotency-key", key);
+    }
+    if let Some(t) = token {
+        r = r.header("authorization", format!("Bearer {t}"));
+    }
+    r.body(Body::from(body.to_owned())).unwrap()
+}
+
+/// A response with the payout headers.
+struct PayoutResp {
+    status: u16,
+    replayed: bool,
+    payout_status: Option<String>,
+    body: Value,
+}
+
+async fn pay(app: &Arc<App<DynamoStore>>, req: Request<Body>) -> PayoutResp {
+    let res = payhook::http::router(app.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let (replayed, payout_status) = {
+        let header = |n: &str| {
+            res.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        (
+            header("idempotent-replayed").as_deref() == Some("true"),
+            header("payout-status"),
+        )
+    };
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    PayoutResp {
+        status,
+        replayed,
+        payout_status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+fn posts(fake: &Shared) -> usize {
+    fake.lock().unwrap().posts.values().sum()
+}
+
+async fn payout_items(store: &DynamoStore) -> usize {
+    scan(store, &store.tables().payments.clone())
+        .await
+        .iter()
+        .filter(|i| {
+            i.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|pk| pk.starts_with("payout#"))
+        })
+        .count()
+}
+
+fn transfer_webhook(kind: &str, payout: &str, n: usize) -> String {
+    event_body(
+        &format!("evt_{kind}_{n}"),
+        kind,
+        json!({"reference": payout, "amount": 100, "currency": "NGN"}),
+    )
+}
+
+#[tokio::test]
+async fn fifty_concurrent_payouts_against_one_thousand_reserve_exactly_ten() {
+    // GIVEN an account holding 1,000 NGN (minor units)
+    let store = store("payouts_fifty").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_1", 1_000, "pay_fund").await;
+    // WHEN 50 payouts of 100 arrive at once, each under its own key
+    let tasks = (0..50).map(|i| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            pay(
+                &app,
+                payout_request(&format!("k{i}"), &payout_body("wallet_1", 100), Some(TOKEN)),
+            )
+            .await
+        })
+    });
+    let answers: Vec<PayoutResp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    // THEN exactly ten are reserved and sent, the rest refused, and the balance is 0
+    let created = answers.iter().filter(|a| a.status == 201).count();
+    let refused = answers
+        .iter()
+        .filter(|a| a.status == 422 && a.body["error"] == "insufficient_funds")
+        .count();
+    assert_eq!(
+        (created, refused),
+        (10, 40),
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert_eq!(balance(&store, "wallet_1").await, 0);
+    assert_eq!(posts(&fake), 10, "one transfer per reserved payout");
+    // AND a refusal is the key's final answer
+    let refused_key = (0..50).find(|i| answers[*i].status == 422).unwrap();
+    let again = pay(
+        &app,
+        payout_request(
+            &format!("k{refused_key}"),
+            &payout_body("wallet_1", 100),
+            Some(TOKEN),
+        ),
+    )
+    .await;
+    assert_eq!((again.status, again.replayed), (422, true));
+}
+
+#[tokio::test]
+async fn one_key_sent_twenty_times_at_once_makes_one_transfer() {
+    let store = store("payouts_one_key").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_2", 1_000, "pay_fund2").await;
+    let tasks = (0..20).map(|_| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            pay(
+                &app,
+                payout_request("same-key", &payout_body("wallet_2", 300), Some(TOKEN)),
+            )
+            .await
+        })
+    });
+    let answers: Vec<PayoutResp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        answers.iter().all(|a| matches!(a.status, 201 | 409)),
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|a| a.status == 201 && !a.replayed)
+            .count(),
+        1
+    );
+    assert_eq!(posts(&fake), 1);
+    assert_eq!(balance(&store, "wallet_2").await, 700);
+    // A later retry replays the stored answer, with the status now.
+    let again = pay(
+        &app,
+        payout_request("same-key", &payout_body("wallet_2", 300), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.replayed, again.payout_status.as_deref()),
+        (201, true, Some("sent"))
+    );
+    assert_eq!(again.body["status"], "sent");
+    assert_eq!(posts(&fake), 1);
+}
+
+#[tokio::test]
+async fn a_timeout_after_the_provider_accepted_is_asked_about_never_resent() {
+    let store = store("payouts_timeout").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_3", 1_000, "pay_fund3").await;
+    fake.lock().unwrap().mode = Some(Mode::TimeoutAfterAccepting);
+    // WHEN the provider takes the transfer but answers too late
+    let first = pay(
+        &app,
+        payout_request("t1", &payout_body("wallet_3", 250), Some(TOKEN)),
+    )
+    .await;
+    // THEN the payout is sent and ambiguous: 202
+    assert_eq!(
+        (first.status, first.body["status"].as_str()),
+        (202, Some("sent"))
+    );
+    assert_eq!(balance(&store, "wallet_3").await, 750);
+    // WHEN the provider settles it and the caller retries the key
+    let payout = first.body["payout"].as_str().unwrap().to_owned();
+    fake.lock()
+        .unwrap()
+        .transfers
+        .insert(payout.clone(), "success".into());
+    let retry = pay(
+        &app,
+        payout_request("t1", &payout_body("wallet_3", 250), Some(TOKEN)),
+    )
+    .await;
+    // THEN the retry asked, sent nothing more, and knows it is paid
+    assert_eq!(
+        (retry.status, retry.replayed, retry.payout_status.as_deref()),
+        (202, true, Some("paid"))
+    );
+    assert_eq!(posts(&fake), 1);
+    assert_eq!(balance(&store, "wallet_3").await, 750);
+}
+
+#[tokio::test]
+async fn a_send_that_never_arrived_is_resent_under_the_same_reference_once_asked() {
+    let store = store("payouts_unavailable").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_4", 500, "pay_fund4").await;
+    fake.lock().unwrap().mode = Some(Mode::Unavailable);
+    let first = pay(
+        &app,
+        payout_request("u1", &payout_body("wallet_4", 200), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(first.status, 202);
+    let payout = first.body["payout"].as_str().unwrap().to_owned();
+    // Reconciliation asks (404: never arrived) and sends again under the same reference.
+    fake.lock().unwrap().mode = Some(Mode::Success);
+    let report = reconcile(&store, &url).await;
+    assert_eq!(report.completed.len(), 1, "{report:?}");
+    let f = fake.lock().unwrap();
+    assert_eq!(
+        f.posts.get(&payout),
+        Some(&2),
+        "the same reference twice, one transfer"
+    );
+    assert_eq!(f.transfers.len(), 1);
+    drop(f);
+    let record = store
+        .payout(&PayoutId::parse(&payout).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status.as_str(), "paid");
+    assert_eq!(balance(&store, "wallet_4").await, 300);
+}
+
+async fn reconcile(store: &DynamoStore, url: &str) -> payhook::reconcile::Report {
+    let config = payout_config(url);
+    let api = HttpProviderApi::new(config.api_endpoints.clone())
+        .unwrap()
+        .with_timeout(Duration::from_millis(300));
+    let pipeline = Pipeline::new(store.clone());
+    let providers = Providers::default();
+    Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings: ReconcileSettings {
+            pending_after_ms: 0,
+            lease_ms: 5_000,
+            call_timeout_ms: 300,
+            budget_ms: 20_000,
+            ..ReconcileSettings::default()
+        },
+    }
+    .run()
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn settlement_words_converge_in_any_order_and_move_money_once_each() {
+    let store = store("payouts_settle").await;
+    let (url, _fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_5", 1_000, "pay_fund5").await;
+    let new = |key: &'static str| {
+        let app = app.clone();
+        async move {
+            pay(
+                &app,
+                payout_request(key, &payout_body("wallet_5", 100), Some(TOKEN)),
+            )
+            .await
+        }
+    };
+    // A failed transfer is credited back once, however often the webhook comes.
+    let a = new("s1").await.body["payout"].as_str().unwrap().to_owned();
+    assert_eq!(balance(&store, "wallet_5").await, 900);
+    for n in 0..3 {
+        let r = send(&app, signed(&transfer_webhook("transfer.failed", &a, n))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(balance(&store, "wallet_5").await, 1_000);
+    // A success after the failure follows the provider: paid, debited again once.
+    for n in 0..2 {
+        send(&app, signed(&transfer_webhook("transfer.succeeded", &a, n))).await;
+    }
+    assert_eq!(balance(&store, "wallet_5").await, 900);
+    // A reversal after the success credits back once.
+    for n in 0..2 {
+        send(&app, signed(&transfer_webhook("transfer.reversed", &a, n))).await;
+    }
+    assert_eq!(balance(&store, "wallet_5").await, 1_000);
+    // A late failure changes nothing.
+    send(&app, signed(&transfer_webhook("transfer.failed", &a, 9))).await;
+    assert_eq!(balance(&store, "wallet_5").await, 1_000);
+    let rec = store
+        .payout(&PayoutId::parse(&a).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status.as_str(), "reversed");
+
+    // Reversal after success (the ordinary way round).
+    let b = new("s2").await.body["payout"].as_str().unwrap().to_owned();
+    send(&app, signed(&transfer_webhook("transfer.succeeded", &b, 0))).await;
+    assert_eq!(balance(&store, "wallet_5").await, 900);
+    send(&app, signed(&transfer_webhook("transfer.reversed", &b, 0))).await;
+    send(&app, signed(&transfer_webhook("transfer.reversed", &b, 1))).await;
+    assert_eq!(balance(&store, "wallet_5").await, 1_000);
+
+    // The ledger holds exactly the entries of those words.
+    let entries = store
+        .entries(&AccountId::parse("wallet_5").unwrap())
+        .await
+        .unwrap();
+    let keys: Vec<String> = entries.iter().map(|p| p.key.to_string()).collect();
+    for op in ["payout", "payout_failed", "payout_paid", "payout_reversed"] {
+        assert_eq!(
+            keys.iter()
+                .filter(|k| k.as_str() == format!("generic:{op}:{a}"))
+                .count(),
+            1,
+            "{op}"
+        );
+    }
+    assert_eq!(keys.iter().filter(|k| k.contains(&b)).count(), 2);
+}
+
+#[tokio::test]
+async fn keys_are_the_callers_and_refusals_write_nothing() {
+    let store = store("payouts_callers").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_6", 1_000, "pay_fund6").await;
+    // Missing or wrong token: 401 / 403, nothing written.
+    assert_eq!(
+        pay(
+            &app,
+            payout_request("x", &payout_body("wallet_6", 100), None)
+        )
+        .await
+        .status,
+        401
+    );
+    assert_eq!(
+        pay(
+            &app,
+            payout_request("x", &payout_body("wallet_6", 100), Some(OTHER_TOKEN))
+        )
+        .await
+        .status,
+        403
+    );
+    // Malformed requests: 400 naming the field, nothing written.
+    let bad = [
+        ("", payout_body("wallet_6", 100), "Idempotency-Key"),
+        ("k", payout_body("wallet_6", 0), "amount"),
+        ("k", payout_body("wallet_6", 1_000_001), "amount"),
+        (
+            "k",
+            payout_body("wallet_6", 100).replace("NGN", "XYZ"),
+            "currency",
+        ),
+        (
+            "k",
+            payout_body("wallet_6", 100).replace("generic", "stripe"),
+            "provider",
+        ),
+        (
+            "k",
+            json!({"provider": "generic", "account": "wallet_6", "amount": 5, "currency": "NGN"})
+                .to_string(),
+            "destination",
+        ),
+        ("k", "not json".to_owned(), "body"),
+    ];
+    for (key, body, field) in bad {
+        let r = pay(&app, payout_request(key, &body, Some(TOKEN))).await;
+        assert_eq!(
+            (r.status, r.body["field"].as_str()),
+            (400, Some(field)),
+            "{body}"
+        );
+    }
+    assert_eq!(payout_items(&store).await, 0);
+    assert_eq!(posts(&fake), 0);
+    // The same key with another body is a reused key.
+    assert_eq!(
+        pay(
+            &app,
+            payout_request("k1", &payout_body("wallet_6", 100), Some(TOKEN))
+        )
+        .await
+        .status,
+        201
+    );
+    let reused = pay(
+        &app,
+        payout_request("k1", &payout_body("wallet_6", 200), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(
+        (reused.status, reused.body["error"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    // Another caller's same key is another payout.
+    let pipeline = app.pipeline.store().clone();
+    let pipeline = Pipeline::new(pipeline);
+    let api = HttpProviderApi::new(payout_config(&url).api_endpoints.clone()).unwrap();
+    let supports = |_: ProviderId| true;
+    let request = PayoutRequest::parse(
+        payout_body("wallet_6", 100).as_bytes(),
+        payhook::payouts::Limits {
+            max_amount_minor: 1_000_000,
+            supports: &supports,
+        },
+    )
+    .unwrap();
+    let key = RequestKey::parse("k1").unwrap();
+    let other = pipeline
+        .payout(
+            &api,
+            PayoutCall {
+                caller: "someone-else",
+                key: &key,
+                request: &request,
+                lease_ms: 5_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((other.status, other.replayed), (201, false));
+    assert_eq!(posts(&fake), 2);
+    assert_eq!(balance(&store, "wallet_6").await, 800);
+}
+
+#[tokio::test]
+async fn a_crash_after_any_write_is_finished_by_a_retry_with_one_transfer() {
+    // How many DynamoDB calls a clean payout makes.
+    let base = store("payouts_crash").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_c", 100_000, "pay_fundc").await;
+    let clean = Invocation::new(None);
+    let r = invoke(
+        clean.clone(),
+        pay(
+            &app,
+            payout_request("clean", &payout_body("wallet_c", 100), Some(TOKEN)),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    let calls = clean.calls();
+    assert!(calls >= 8, "{calls} calls");
+    for at in 0..calls {
+        // GIVEN a request that dies right after its `at`-th call applied
+        let key = format!("crash{at}");
+        let inv = Invocation::new(Some((at, Fault::CrashAfter)));
+        let first = invoke(
+            inv.clone(),
+            pay(
+                &app,
+                payout_request(&key, &payout_body("wallet_c", 100), Some(TOKEN)),
+            ),
+        )
+        .await;
+        assert!(
+            first.status >= 500 || first.status == 201 || first.status == 202,
+            "{at}: {}",
+            first.status
+        );
+        // WHEN the caller retries the key (after the lease) until it has an answer
+        let mut answer = None;
+        for _ in 0..40 {
+            let r = pay(
+                &app,
+                payout_request(&key, &payout_body("wallet_c", 100), Some(TOKEN)),
+            )
+            .await;
+            if r.status != 409 && r.status < 500 {
+                answer = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let answer = answer.unwrap_or_else(|| panic!("crash after call {at}: no answer"));
+        assert!(
+            matches!(answer.status, 201 | 202),
+            "{at}: {}",
+            answer.status
+        );
+        let payout = answer.body["payout"].as_str().unwrap().to_owned();
+        // THEN one transfer, and the account debited once
+        if answer.payout_status.as_deref() == Some("sent") && answer.status == 202 {
+            let _ = reconcile(&store, &url).await;
+        }
+        assert_eq!(
+            fake.lock().unwrap().posts.get(&payout),
+            Some(&1),
+            "crash after call {at}"
+        );
+    }
+    assert_eq!(
+        balance(&store, "wallet_c").await,
+        100_000 - 100 * (calls as i64 + 1)
+    );
+}
+
+#[tokio::test]
+async fn a_transfer_the_provider_fails_at_once_is_credited_back_once() {
+    let store = store("payouts_fail_now").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_7", 400, "pay_fund7").await;
+    fake.lock().unwrap().mode = Some(Mode::Failed);
+    let r = pay(
+        &app,
+        payout_request("f1", &payout_body("wallet_7", 400), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!((r.status, r.body["status"].as_str()), (201, Some("failed")));
+    assert_eq!(balance(&store, "wallet_7").await, 400);
+    // Its webhook, arriving after, is a duplicate of the answer: nothing moves again.
+    let payout = r.body["payout"].as_str().unwrap().to_owned();
+    let dup = send(
+        &app,
+        signed(&transfer_webhook("transfer.failed", &payout, 0)),
+    )
+    .await;
+    assert!(dup.replayed, "{}", dup.body);
+    assert_eq!(balance(&store, "wallet_7").await, 400);
+    assert_eq!(posts(&fake), 1);
+}
+
+#[tokio::test]
+async fn a_decision_left_in_the_guard_by_a_crash_is_applied_by_the_next_payout() {
+    let base = store("payouts_guard").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    let mut found = false;
+    for at in 0..60 {
+        // GIVEN 100 on an account, and payout A of 100 dying right after one of its writes
+        let account = format!("wallet_g{at}");
+        fund(&app, &account, 100, &format!("pay_g{at}")).await;
+        let a_key = format!("a{at}");
+        let inv = Invocation::new(Some((at, Fault::CrashAfter)));
+        invoke(
+            inv,
+            pay(
+                &app,
+                payout_request(&a_key, &payout_body(&account, 100), Some(TOKEN)),
+            ),
+        )
+        .await;
+        // Only the crash that left A's reservation decided in the guard but not applied.
+        let items = scan(&store, &store.tables().payments.clone()).await;
+        let a_new = items.iter().any(|i| {
+            i.get("payout_status")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                == Some("new")
+                && i.get("account").and_then(|v| v.as_s().ok()) == Some(&account)
+        });
+        let guard_holds_it = items.iter().any(|i| {
+            i.get("pk").and_then(|v| v.as_s().ok()) == Some(&format!("guard#{account}#NGN"))
+                && i.get("pending").is_some()
+        });
+        if !(a_new && guard_holds_it) {
+            continue;
+        }
+        found = true;
+        // WHEN payout B of 100 comes for the same account
+        let b = pay(
+            &app,
+            payout_request(&format!("b{at}"), &payout_body(&account, 100), Some(TOKEN)),
+        )
+        .await;
+        // THEN A's reservation, decided first, holds the money: B is refused
+        assert_eq!(
+            (b.status, b.body["error"].as_str()),
+            (422, Some("insufficient_funds"))
+        );
+        assert_eq!(balance(&store, &account).await, 0);
+        // AND A's retry finds its decision applied and sends it
+        tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 50)).await;
+        let a = pay(
+            &app,
+            payout_request(&a_key, &payout_body(&account, 100), Some(TOKEN)),
+        )
+        .await;
+        assert_eq!(a.status, 201, "{:?}", a.body);
+        assert_eq!(balance(&store, &account).await, 0);
+        let a_id = a.body["payout"].as_str().unwrap().to_owned();
+        let b_id = b.body["payout"].as_str().unwrap().to_owned();
+        let f = fake.lock().unwrap();
+        assert_eq!((f.posts.get(&a_id), f.posts.get(&b_id)), (Some(&1), None));
+        break;
+    }
+    assert!(
+        found,
+        "no crash point left a decision unapplied in the guard"
+    );
+}

@@ -25,8 +25,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
     ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
     ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token of POST /payouts and GET /payouts/{payout} under `payhook serve` (at least 24 characters; unset: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
-    ("PAYHOOK_PAYOUT_MAX_MINOR", "the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
-    ("PAYHOOK_PROVIDER_TIMEOUT_MS", "how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
+    ("PAYHOOK_PAYOUT_MAX_MINOR", "payouts: the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
+    ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
     ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];

@@ -167,10 +167,11 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
     for (p, e) in problems {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
-    let settings = reconcile::ReconcileSettings::from_policy(
+    let mut settings = reconcile::ReconcileSettings::from_policy(
         config.reconcile,
         config.lease_ms.min(config.max_lease_ms),
     );
+    settings.call_timeout_ms = config.provider_timeout_ms;
     let call_timeout =
         std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
     Ok(Ops {

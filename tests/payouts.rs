@@ -398,14 +398,12 @@ async fn a_send_that_never_arrived_is_resent_under_the_same_reference_once_asked
     fake.lock().unwrap().mode = Some(Mode::Success);
     let report = reconcile(&store, &url).await;
     assert_eq!(report.completed.len(), 1, "{report:?}");
-    let f = fake.lock().unwrap();
-    assert_eq!(
-        f.posts.get(&payout),
-        Some(&2),
-        "the same reference twice, one transfer"
-    );
-    assert_eq!(f.transfers.len(), 1);
-    drop(f);
+    let (sends, transfers) = {
+        let f = fake.lock().unwrap();
+        (f.posts.get(&payout).copied(), f.transfers.len())
+    };
+    assert_eq!(sends, Some(2), "the same reference twice, one transfer");
+    assert_eq!(transfers, 1);
     let record = store
         .payout(&PayoutId::parse(&payout).unwrap())
         .await

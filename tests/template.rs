@@ -20,6 +20,7 @@ use std::process::Command;
 
 use payhook::config::env_vars;
 use payhook::dynamodb::schema::{TableDef, ALL};
+use payhook::http::payouts::PAYOUT_ROUTES;
 use payhook::http::read::READ_ROUTES;
 use serde_json::{json, Value};
 
@@ -104,12 +105,14 @@ impl Template {
         let with_api: Vec<_> = self
             .functions()
             .into_iter()
-            .filter(|(_, f)| events(f).any(|(_, e)| e["Type"] == "HttpApi"))
+            .filter(|(_, f)| {
+                events(f).any(|(_, e)| e["Properties"]["Path"] == "/webhooks/{provider}")
+            })
             .collect();
         assert_eq!(
             with_api.len(),
             1,
-            "exactly one function serves the HTTP API, found {:?}",
+            "exactly one function serves the webhooks, found {:?}",
             with_api.iter().map(|f| f.0).collect::<Vec<_>>()
         );
         with_api[0]
@@ -190,8 +193,15 @@ fn ref_target(v: &Value) -> Option<&str> {
 /// The binary whose variables env_vars() describes as "reconciliation: …".
 const RECONCILE_BINARY: &str = "reconcile";
 
+/// Variables of the functions that call providers (reconciliation and payouts): API keys,
+/// their URLs, the payout settings.
 fn reconcile_only(description: &str) -> bool {
-    description.starts_with("reconciliation:")
+    description.starts_with("reconciliation") || description.starts_with("payouts:")
+}
+
+/// The payout function: the one serving `POST /payouts`.
+fn serves_payouts(function: &Value) -> bool {
+    events(function).any(|(_, e)| e["Properties"]["Path"] == "/payouts")
 }
 
 /// Variables only `payhook serve` reads; never set in Lambda.
@@ -221,7 +231,7 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
     let mut problems = Vec::new();
     for (name, f) in t.functions() {
         let env = t.env(f);
-        let all = binary_of(f) == RECONCILE_BINARY;
+        let all = binary_of(f) == RECONCILE_BINARY || serves_payouts(f);
         let vars = env_vars();
         let wanted: Vec<&(&str, &str)> = vars
             .iter()
@@ -754,6 +764,15 @@ fn the_webhook_route_is_open_and_every_read_route_needs_aws_iam() {
         (
             "HttpApi".to_owned(),
             "GET".to_owned(),
+            (*p).to_owned(),
+            Some("AWS_IAM".to_owned()),
+        )
+    }));
+    // The payout routes, with AWS_IAM (money leaves through them).
+    want.extend(PAYOUT_ROUTES.iter().map(|(method, p)| {
+        (
+            "HttpApi".to_owned(),
+            (*method).to_owned(),
             (*p).to_owned(),
             Some("AWS_IAM".to_owned()),
         )

@@ -63,21 +63,21 @@ fn invalid(e: &FieldError) -> Response {
 }
 
 /// The caller, or the refusal.
-fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Response> {
+fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Box<Response>> {
     let Some(service) = &app.payouts else {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "payouts_not_configured",
             "this process does not send payouts",
-        ));
+        )));
     };
     match &service.access {
         PayoutAccess::Iam => iam_caller(req).ok_or_else(|| {
-            error(
+            Box::new(error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 "payouts need an IAM-authorized (SigV4-signed) request",
-            )
+            ))
         }),
         PayoutAccess::Token(token) => {
             let presented = req
@@ -96,28 +96,28 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Response> {
                     );
                     res.headers_mut()
                         .insert("www-authenticate", HeaderValue::from_static("Bearer"));
-                    Err(res)
+                    Err(Box::new(res))
                 }
                 Some(t) if token.matches(t) => Ok(format!("token:{}", token.id())),
-                Some(_) => Err(error(
+                Some(_) => Err(Box::new(error(
                     StatusCode::FORBIDDEN,
                     "forbidden",
                     "wrong bearer token",
-                )),
+                ))),
             }
         }
-        PayoutAccess::Off => Err(error(
+        PayoutAccess::Off => Err(Box::new(error(
             StatusCode::FORBIDDEN,
             "forbidden",
             "payouts are off: set PAYHOOK_PAYOUT_TOKEN to serve them locally",
-        )),
+        ))),
     }
 }
 
 async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) -> Response {
     let who = match caller(&app, &req) {
         Ok(c) => c,
-        Err(res) => return res,
+        Err(res) => return *res,
     };
     let Some(service) = &app.payouts else {
         return error(
@@ -213,7 +213,7 @@ async fn show<S: Store>(
     req: Request<Body>,
 ) -> Response {
     if let Err(res) = caller(&app, &req) {
-        return res;
+        return *res;
     }
     let Some(id) = PayoutId::parse(&payout) else {
         return invalid(&FieldError::new(

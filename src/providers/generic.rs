@@ -33,11 +33,11 @@ pub const DEF: ProviderDef = ProviderDef {
         ),
         (
             "PAYHOOK_GENERIC_API_URL",
-            "reconciliation: base URL of the generic provider's payment API",
+            "reconciliation and payouts: base URL of the generic provider's payment API",
         ),
         (
             "PAYHOOK_GENERIC_API_KEY",
-            "reconciliation: bearer key of the generic provider's API",
+            "reconciliation and payouts: bearer key of the generic provider's API",
         ),
         (
             "PAYHOOK_GENERIC_SOURCE_IPS",

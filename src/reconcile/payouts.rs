@@ -75,6 +75,8 @@ impl<S: Store, A: ProviderApi + Transfers> Reconciler<'_, S, A> {
                     report.completed.push(f);
                 }
                 Ok(now) => {
+                    tracing::warn!(payout = %now.payout, status = %now.status, provider = %now.provider,
+                        "payout still unsettled: the provider has not said how it ended");
                     f.detail = format!(
                         "still {}{}",
                         now.status,

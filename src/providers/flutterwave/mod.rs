@@ -64,7 +64,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ),
         (
             "PAYHOOK_FLUTTERWAVE_API_URL",
-            "reconciliation: Flutterwave API base URL (default https://api.flutterwave.com)",
+            "reconciliation and payouts: Flutterwave API base URL (default https://api.flutterwave.com)",
         ),
         (
             "PAYHOOK_FLUTTERWAVE_API_KEY",

@@ -48,7 +48,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ),
         (
             "PAYHOOK_PAYSTACK_API_URL",
-            "reconciliation: Paystack API base URL (default https://api.paystack.co)",
+            "reconciliation and payouts: Paystack API base URL (default https://api.paystack.co)",
         ),
         (
             "PAYHOOK_PAYSTACK_API_KEY",

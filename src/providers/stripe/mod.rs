@@ -50,7 +50,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ),
         (
             "PAYHOOK_STRIPE_API_URL",
-            "reconciliation: Stripe API base URL (default https://api.stripe.com)",
+            "reconciliation and payouts: Stripe API base URL (default https://api.stripe.com)",
         ),
         (
             "PAYHOOK_STRIPE_API_KEY",

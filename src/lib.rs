@@ -18,6 +18,9 @@
 //! - [`pipeline`]: claim -> payment transition -> ledger entry -> finalize -> log.
 //! - [`idempotency`]: the claim outcome enum and the pure decision over an existing claim.
 //! - [`payments`]: the payment state machine, and how a failed transition is judged (pure).
+//! - [`payouts`]: money out: payout ids, requests, states, the settlement rule, the store and
+//!   transfer capabilities (pure; the guard that keeps payouts from overdrawing is in
+//!   `dynamodb::payouts`, the request's steps in `pipeline::payouts`).
 //! - [`ledger`]: postings, the stored shard layout, balances as sums of entries.
 //! - [`eventlog`]: the append-only delivery log and its queries.
 //! - [`store`]: the error every store call can give (the seam; the traits sit beside their types).
@@ -33,7 +36,7 @@
 //! - [`cli`]: the `payhook` command line.
 //!
 //! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
-//! checks it): `domain`, `store` → `idempotency`, `payments`, `ledger`, `eventlog`,
+//! checks it): `domain`, `store` → `idempotency`, `payments`, `payouts`, `ledger`, `eventlog`,
 //! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http` →
 //! `config`, `runtime`, `cli`.
 //!

@@ -514,3 +514,86 @@ async fn every_movement_and_state_change_becomes_one_event_with_a_stable_id() {
     assert_eq!(h.ids.len(), 13, "{:?}", h.ids);
     eprintln!("events: {:?}", h.ids);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_payout_status_change_becomes_one_event_keyed_by_the_payout() {
+    use payhook::domain::TransferState;
+    use payhook::payouts::{Limits, NewPayout, PayoutId, PayoutRequest, Payouts, RequestKey};
+    let store = store("change_events_payouts").await;
+    let app = app(store.clone(), 30_000);
+    let snap = snapshot(&store).await;
+    let mut h = Harness {
+        store: store.clone(),
+        app,
+        pipes: pipes(),
+        snap,
+        seq: 0,
+        ids: Vec::new(),
+    };
+    // GIVEN a funded account
+    h.deliver(payment_body("e_fund", "pay_f", "wallet_p", 1_000, "NGN"))
+        .await;
+    let supports = |_: ProviderId| true;
+    let request = PayoutRequest::parse(
+        json!({"provider": "generic", "account": "wallet_p", "amount": 400, "currency": "NGN",
+               "destination": {"bank": "058"}})
+        .to_string()
+        .as_bytes(),
+        Limits {
+            max_amount_minor: 1_000_000,
+            supports: &supports,
+        },
+    )
+    .unwrap();
+    let id = PayoutId::derive("caller", &RequestKey::parse("k").unwrap());
+    // WHEN it is opened (no event: a request under way), reserved, sent, failed, paid after all
+    let (s, r, i) = (store.clone(), request.clone(), id.clone());
+    let evs = h
+        .step(async move {
+            s.open_payout(NewPayout {
+                payout: &i,
+                request: &r,
+                shard: 0,
+            })
+            .await
+            .unwrap();
+        })
+        .await;
+    assert!(evs.is_empty(), "{evs:?}");
+    let (s, i) = (store.clone(), id.clone());
+    let evs = h
+        .step(async move {
+            let rec = s.payout(&i).await.unwrap().unwrap();
+            s.reserve(&rec).await.unwrap();
+        })
+        .await;
+    let want = format!("generic:payout:{id}#reserved");
+    assert_eq!(kinds(&evs), [("payhook.payout.reserved", want.as_str())]);
+    let (s, i) = (store.clone(), id.clone());
+    let evs = h
+        .step(async move {
+            s.mark_sent(&i, 0).await.unwrap().unwrap();
+        })
+        .await;
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(evs[0].0, "payhook.payout.sent");
+    assert_eq!(evs[0].1["amount"], "400");
+    for word in [
+        TransferState::Failed,
+        TransferState::Failed,
+        TransferState::Success,
+    ] {
+        let (s, i) = (store.clone(), id.clone());
+        h.step(async move {
+            s.settle_payout(&i, word, word.as_str()).await.unwrap();
+        })
+        .await;
+    }
+    // THEN one event per status entered (reserved, sent, failed, paid), none for the repeated
+    // word, each id distinct
+    let payout_ids: Vec<&String> = h.ids.iter().filter(|i| i.contains(id.as_str())).collect();
+    assert_eq!(payout_ids.len(), 4, "{payout_ids:?}");
+    let distinct: std::collections::BTreeSet<_> = payout_ids.iter().collect();
+    assert_eq!(distinct.len(), 4);
+    assert!(payout_ids.iter().any(|i| i.ends_with("#paid")));
+}

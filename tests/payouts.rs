@@ -41,6 +41,8 @@ enum Mode {
     TimeoutAfterAccepting,
     /// Answers 503 without taking it.
     Unavailable,
+    /// Takes the transfer and answers (pending) after 3 s.
+    Slow,
 }
 
 #[derive(Default)]
@@ -80,6 +82,9 @@ async fn create_transfer(
     };
     if mode == Mode::TimeoutAfterAccepting {
         tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    if mode == Mode::Slow {
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
     }
     (
         axum::http::StatusCode::OK,
@@ -784,4 +789,169 @@ async fn a_decision_left_in_the_guard_by_a_crash_is_applied_by_the_next_payout()
         found,
         "no crash point left a decision unapplied in the guard"
     );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(store: &DynamoStore, url: &str, port: u16) -> std::process::Child {
+    payhook_env(
+        &mut std::process::Command::new(env!("CARGO_BIN_EXE_payhook")),
+        store,
+    )
+    .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+    .env("PAYHOOK_PAYOUT_TOKEN", TOKEN)
+    .env("PAYHOOK_GENERIC_API_URL", url)
+    .env("PAYHOOK_GENERIC_API_KEY", "k_test")
+    .env("PAYHOOK_LEASE_MS", "1000")
+    .env("PAYHOOK_PROVIDER_TIMEOUT_MS", "10000")
+    .env("RUST_LOG", "error")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
+/// One `POST /payouts` over TCP (a tiny HTTP/1.1 client: the test needs no more).
+async fn post_payout(port: u16, key: &str, body: &str) -> Option<(u16, Value)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let req = format!(
+        "POST /payouts HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN}\r\nidempotency-key: {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.ok()?;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+#[tokio::test]
+async fn sigkill_while_the_provider_holds_the_call_then_a_retry_asks_and_sends_nothing_more() {
+    // GIVEN payhook serve, funded, and a provider that takes the transfer but answers slowly
+    let store = store("payouts_sigkill").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_k", 1_000, "pay_fundk").await;
+    fake.lock().unwrap().mode = Some(Mode::Slow);
+    let port = free_port();
+    let mut child = serve(&store, &url, port);
+    let body = payout_body("wallet_k", 400);
+    let mut up = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "payhook serve did not start");
+    // WHEN the process is killed (SIGKILL) while the provider holds the transfer call
+    let request =
+        tokio::spawn(
+            async move { post_payout(port, "kill-1", &payout_body("wallet_k", 400)).await },
+        );
+    for _ in 0..100 {
+        if posts(&fake) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(posts(&fake), 1, "the transfer call was made");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(request.await.unwrap().is_none_or(|(s, _)| s >= 500));
+    // AND a new process serves the caller's retry once the lease is over
+    fake.lock().unwrap().mode = Some(Mode::Pending);
+    let mut child = serve(&store, &url, port);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let mut answer = None;
+    for _ in 0..60 {
+        if let Some((status, v)) = post_payout(port, "kill-1", &body).await {
+            if status != 409 && status < 500 {
+                answer = Some((status, v));
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // THEN the retry asked the provider, sent nothing more, and the account is debited once
+    let (status, v) = answer.expect("the retry got an answer");
+    assert_eq!((status, v["status"].as_str()), (201, Some("sent")), "{v}");
+    assert_eq!(posts(&fake), 1);
+    assert_eq!(balance(&store, "wallet_k").await, 600);
+}
+
+// Multi-threaded: the CLI runs as a blocking child process while the fake provider answers it
+// from this runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_creates_shows_and_lists_payouts() {
+    let store = store("payouts_cli").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_l", 1_000, "pay_fundl").await;
+    let run = |args: &[&str]| {
+        let out = payhook_env(
+            &mut std::process::Command::new(env!("CARGO_BIN_EXE_payhook")),
+            &store,
+        )
+        .args(args)
+        .env("PAYHOOK_GENERIC_API_URL", &url)
+        .env("PAYHOOK_GENERIC_API_KEY", "k_test")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let create = [
+        "payouts",
+        "create",
+        "--key",
+        "cli-1",
+        "--account",
+        "wallet_l",
+        "--amount",
+        "150",
+        "--currency",
+        "NGN",
+        "--destination",
+        r#"{"bank":"058","account_number":"0123456789"}"#,
+    ];
+    let first = run(&create);
+    assert_eq!(
+        (first["status"].as_i64(), first["answer"]["status"].as_str()),
+        (Some(201), Some("sent"))
+    );
+    let again = run(&create);
+    assert_eq!(again["replayed"], true);
+    assert_eq!(posts(&fake), 1);
+    let id = first["answer"]["payout"].as_str().unwrap();
+    let shown = run(&["payouts", "show", id]);
+    assert_eq!(
+        (shown["status"].as_str(), shown["amount"].as_i64()),
+        (Some("sent"), Some(150))
+    );
+    let listed = run(&["payouts", "list"]);
+    assert!(listed.as_array().unwrap().iter().any(|p| p["payout"] == id));
+    assert_eq!(balance(&store, "wallet_l").await, 850);
 }

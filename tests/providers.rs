@@ -218,6 +218,10 @@ async fn stripe_samples_apply_and_the_charge_and_intent_credit_once() {
         // A declined attempt leaves the intent open: logged, not FAILED.
         step("payment_intent_payment_failed.json", "ignored", false),
         step("payment_intent_canceled.json", "applied", false),
+        // Settlements of a payout these tables never sent: acknowledged, nothing moves
+        // (tests/payouts.rs settles real ones; the mapping is unit-tested beside the adapter).
+        step("transfer_created.json", "ignored", false),
+        step("transfer_reversed.json", "ignored", false),
     ];
     run_samples(ProviderId::STRIPE, &steps, &app, &store).await;
     assert_balance(&store, &[("USD", 4999 - 1000 - 500 - 4999 + 4999)], 5).await;
@@ -237,6 +241,9 @@ async fn paystack_samples_apply_and_a_replayed_request_is_a_replay() {
         // Paystack takes a dispute's money when it is resolved against the merchant.
         step("charge_dispute_create.json", "ignored", false),
         step("charge_dispute_resolve.json", "applied", false),
+        step("transfer_success.json", "ignored", false),
+        step("transfer_failed.json", "ignored", false),
+        step("transfer_reversed.json", "ignored", false),
     ];
     run_samples(ProviderId::PAYSTACK, &steps, &app, &store).await;
     assert_balance(&store, &[("NGN", 500_000 - 200_000 - 300_000)], 3).await;
@@ -251,6 +258,8 @@ async fn flutterwave_samples_apply_in_both_schemes() {
         step("charge_completed_pending.json", "applied", false),
         step("charge_completed_failed.json", "applied", false),
         step("charge_completed_v4.json", "applied", false),
+        step("transfer_completed_successful.json", "ignored", false),
+        step("transfer_completed_failed.json", "ignored", false),
     ];
     run_samples(ProviderId::FLUTTERWAVE, &steps, &app, &store).await;
     assert_balance(&store, &[("NGN", 125_050), ("USD", 2075)], 2).await;

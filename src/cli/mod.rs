@@ -5,6 +5,7 @@ pub mod bench;
 pub mod capacity;
 pub mod client;
 mod demo;
+pub mod payouts;
 mod progress;
 pub mod table;
 pub mod time;
@@ -84,6 +85,11 @@ pub enum Command {
     Payments {
         #[command(subcommand)]
         action: PaymentsAction,
+    },
+    /// Payouts: create one (reserve, send once), show one, list the unsettled.
+    Payouts {
+        #[command(subcommand)]
+        action: payouts::PayoutsAction,
     },
     /// Re-sign a sample API Gateway event (events/…) with the configured secret and the current
     /// time, and print it: signatures carry a timestamp, so stored samples go stale.
@@ -313,6 +319,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         }
         Command::Events { args, bodies } => events(&args, bodies, &store).await,
         Command::Payments { action } => payments(action, &store).await,
+        Command::Payouts { action } => payouts::run(action, &config, store).await,
         Command::Sign { file } => print_json(&client::resign_file(&file, &config)?),
         Command::Reconcile { metrics } => reconcile(metrics, &config, store).await,
         Command::Replay(args) => replay_command(&args, &config, store).await,

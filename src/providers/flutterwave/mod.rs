@@ -707,7 +707,7 @@ mod tests {
         let other = f3
             .normalise(
                 SUCCESS
-                    .replace("charge.completed", "transfer.completed")
+                    .replace("charge.completed", "subscription.cancelled")
                     .as_bytes(),
             )
             .unwrap();

@@ -91,3 +91,72 @@ pub fn transfer_completed(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
         provider_status: status.to_owned(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Currency, Money};
+    use crate::payouts::{PayoutId, TransferCall};
+    use crate::providers::flutterwave::{Flutterwave, ReferenceField};
+    use crate::providers::Provider;
+
+    const PID: &str = "po_3f2a9c1e5b7d4a6c8e0f1a2b3c4d5e6f";
+
+    #[test]
+    fn transfer_completed_and_the_list_answer_read_the_same_words() {
+        let f = Flutterwave::from_env_values(Some("hash"), None, ReferenceField::TxRef, "account")
+            .unwrap();
+        let id = PayoutId::parse(PID).unwrap();
+        for (status, state) in [
+            ("SUCCESSFUL", TransferState::Success),
+            ("FAILED", TransferState::Failed),
+            ("NEW", TransferState::Pending),
+        ] {
+            let body = format!(
+                r#"{{"event":"transfer.completed","event.type":"Transfer","data":{{"id":33286,"reference":"{PID}","amount":250,"currency":"NGN","status":"{status}"}}}}"#
+            );
+            match f.normalise(body.as_bytes()).unwrap().kind {
+                EventKind::Transfer(t) => assert_eq!((t.reference.as_str(), t.state), (PID, state)),
+                other => panic!("{status}: {other:?}"),
+            }
+            let listed = format!(
+                r#"{{"status":"success","data":[{{"id":1,"reference":"{PID}","status":"{status}"}}]}}"#
+            );
+            assert_eq!(
+                (TRANSFERS.read)(listed.as_bytes(), &id, true).unwrap(),
+                TransferAnswer::Known {
+                    state,
+                    status: status.into()
+                }
+            );
+        }
+        let empty = r#"{"status":"success","data":[]}"#;
+        assert!(matches!(
+            (TRANSFERS.read)(empty.as_bytes(), &id, true).unwrap(),
+            TransferAnswer::Absent { .. }
+        ));
+    }
+
+    #[test]
+    fn the_transfer_call_is_in_major_units_under_the_reference() {
+        let id = PayoutId::parse(PID).unwrap();
+        let money = Money::new(125_050, Currency::parse("NGN").unwrap()).unwrap();
+        let mut dest = serde_json::Map::new();
+        dest.insert("account_bank".into(), Value::from("044"));
+        dest.insert("account_number".into(), Value::from("0690000040"));
+        let api = (TRANSFERS.send)(&TransferCall {
+            payout: &id,
+            money,
+            destination: &dest,
+            narration: None,
+        })
+        .unwrap();
+        let body: Value = serde_json::from_slice(&api.body).unwrap();
+        assert_eq!(
+            (api.path.as_str(), body["reference"].as_str()),
+            ("/v3/transfers", Some(PID))
+        );
+        assert_eq!(body["amount"].as_f64(), Some(1250.5));
+        assert_eq!(body["account_bank"], "044");
+    }
+}

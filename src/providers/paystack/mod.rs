@@ -498,7 +498,7 @@ mod tests {
             "refund.failed",
             "refund.pending",
             "refund.processing",
-            "transfer.success",
+            "subscription.create",
             "charge.dispute.create",
         ] {
             let body = REFUND.replace("refund.processed", event);

@@ -78,3 +78,76 @@ pub fn transfer_event(f: &Fields<'_>, state: TransferState) -> Result<EventKind,
             .to_owned(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Currency;
+    use crate::payouts::{PayoutId, TransferCall};
+    use crate::providers::Provider;
+
+    const PID: &str = "po_3f2a9c1e5b7d4a6c8e0f1a2b3c4d5e6f";
+
+    #[test]
+    fn webhooks_and_answers_read_the_same_words() {
+        let p = super::super::Paystack::from_env_value("sk_test_x", "account").unwrap();
+        for (event, status, state) in [
+            ("transfer.success", "success", TransferState::Success),
+            ("transfer.failed", "failed", TransferState::Failed),
+            ("transfer.reversed", "reversed", TransferState::Reversed),
+        ] {
+            let body = format!(
+                r#"{{"event":"{event}","data":{{"reference":"{PID}","amount":25000,"currency":"NGN","status":"{status}","transfer_code":"TRF_1","id":1}}}}"#
+            );
+            match p.normalise(body.as_bytes()).unwrap().kind {
+                EventKind::Transfer(t) => {
+                    assert_eq!((t.reference.as_str(), t.state), (PID, state));
+                }
+                other => panic!("{event}: {other:?}"),
+            }
+            let answer =
+                format!(r#"{{"status":true,"data":{{"reference":"{PID}","status":"{status}"}}}}"#);
+            let id = PayoutId::parse(PID).unwrap();
+            assert_eq!(
+                (TRANSFERS.read)(answer.as_bytes(), &id, true).unwrap(),
+                known(state, status)
+            );
+        }
+        let id = PayoutId::parse(PID).unwrap();
+        for (status, state) in [
+            ("otp", TransferState::Pending),
+            ("abandoned", TransferState::Failed),
+        ] {
+            let answer = format!(r#"{{"status":true,"data":{{"status":"{status}"}}}}"#);
+            assert_eq!(
+                (TRANSFERS.read)(answer.as_bytes(), &id, false).unwrap(),
+                known(state, status)
+            );
+        }
+    }
+
+    #[test]
+    fn the_transfer_call_carries_the_reference_and_needs_a_recipient() {
+        let id = PayoutId::parse(PID).unwrap();
+        let money = crate::domain::Money::new(25_000, Currency::parse("NGN").unwrap()).unwrap();
+        let mut dest = serde_json::Map::new();
+        let call = |d: &serde_json::Map<String, Value>| TransferCall {
+            payout: &id,
+            money,
+            destination: Box::leak(Box::new(d.clone())),
+            narration: Some("May"),
+        };
+        assert!((TRANSFERS.send)(&call(&dest)).is_err());
+        dest.insert("recipient".into(), Value::from("RCP_1"));
+        dest.insert("reference".into(), Value::from("caller_cannot_override"));
+        let api = (TRANSFERS.send)(&call(&dest)).unwrap();
+        let body: Value = serde_json::from_slice(&api.body).unwrap();
+        assert_eq!(api.path, "/transfer");
+        assert_eq!(body["reference"], PID);
+        assert_eq!(body["amount"], 25_000);
+        assert_eq!(
+            (body["recipient"].as_str(), body["reason"].as_str()),
+            (Some("RCP_1"), Some("May"))
+        );
+    }
+}

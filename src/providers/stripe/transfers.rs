@@ -130,3 +130,85 @@ pub fn transfer_event(f: &Fields<'_>, created: bool) -> Result<EventKind, Payloa
         provider_status: if reversed { "reversed" } else { "created" }.to_owned(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Currency, Money};
+    use crate::payouts::{PayoutId, TransferCall};
+    use crate::providers::stripe::Stripe;
+    use crate::providers::Provider;
+
+    const PID: &str = "po_3f2a9c1e5b7d4a6c8e0f1a2b3c4d5e6f";
+
+    fn event(kind: &str, reversed: bool, amount_reversed: i64) -> String {
+        format!(
+            r#"{{"id":"evt_1","type":"{kind}","data":{{"object":{{"id":"tr_1","object":"transfer","amount":400,"currency":"usd","transfer_group":"{PID}","amount_reversed":{amount_reversed},"reversed":{reversed},"metadata":{{"payhook_payout":"{PID}"}}}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn created_is_success_and_only_a_full_reversal_reverses() {
+        let s = Stripe::from_env_value("whsec_x", 300, "account").unwrap();
+        let kind = |b: String| s.normalise(b.as_bytes()).unwrap().kind;
+        assert!(matches!(
+            kind(event("transfer.created", false, 0)),
+            EventKind::Transfer(TransferFacts {
+                state: TransferState::Success,
+                ..
+            })
+        ));
+        assert!(matches!(
+            kind(event("transfer.reversed", true, 400)),
+            EventKind::Transfer(TransferFacts {
+                state: TransferState::Reversed,
+                ..
+            })
+        ));
+        assert_eq!(
+            kind(event("transfer.reversed", false, 150)),
+            EventKind::Ignored
+        );
+        let id = PayoutId::parse(PID).unwrap();
+        let listed = format!(
+            r#"{{"object":"list","data":[{}]}}"#,
+            r#"{"id":"tr_1","reversed":true}"#
+        );
+        assert!(matches!(
+            (TRANSFERS.read)(listed.as_bytes(), &id, true).unwrap(),
+            TransferAnswer::Known {
+                state: TransferState::Reversed,
+                ..
+            }
+        ));
+        assert!(matches!(
+            (TRANSFERS.read)(br#"{"object":"list","data":[]}"#, &id, true).unwrap(),
+            TransferAnswer::Absent { .. }
+        ));
+    }
+
+    #[test]
+    fn the_transfer_call_is_form_encoded_with_the_idempotency_key() {
+        let id = PayoutId::parse(PID).unwrap();
+        let money = Money::new(400, Currency::parse("USD").unwrap()).unwrap();
+        let mut dest = serde_json::Map::new();
+        let call = |d: &serde_json::Map<String, Value>| TransferCall {
+            payout: &id,
+            money,
+            destination: Box::leak(Box::new(d.clone())),
+            narration: Some("a b"),
+        };
+        assert!((TRANSFERS.send)(&call(&dest)).is_err());
+        dest.insert("account".into(), Value::from("acct_1"));
+        let api = (TRANSFERS.send)(&call(&dest)).unwrap();
+        let body = String::from_utf8(api.body).unwrap();
+        assert_eq!(api.idempotency_key.as_deref(), Some(PID));
+        assert!(
+            body.contains("amount=400&currency=usd&destination=acct_1"),
+            "{body}"
+        );
+        assert!(
+            body.contains(&format!("transfer_group={PID}")) && body.contains("description=a%20b")
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! `payhook payouts create|show|list`: the same steps and records as `POST /payouts` and
+//! `GET /payouts/{payout}`, from a shell. The caller is `cli:$USER`, so the operator's keys are
+//! their own, and each create writes an audit line.
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::{operator, print_json, usage, CliError};
+use crate::config::Config;
+use crate::dynamodb::DynamoStore;
+use crate::payouts::{Limits, PayoutId, PayoutRequest, Payouts, RequestKey, Transfers};
+use crate::pipeline::{PayoutCall, Pipeline};
+use crate::reconcile::HttpProviderApi;
+
+#[derive(Debug, Subcommand)]
+pub enum PayoutsAction {
+    /// Pay out: reserve against the balance, send once, print the answer (JSON).
+    Create {
+        /// The Idempotency-Key: run the same command again to get the same payout.
+        #[arg(long)]
+        key: String,
+        #[arg(long, default_value = "generic")]
+        provider: String,
+        #[arg(long)]
+        account: String,
+        /// Minor units.
+        #[arg(long)]
+        amount: i64,
+        #[arg(long)]
+        currency: String,
+        /// The provider's recipient, as JSON (`{"recipient":"RCP_…"}`).
+        #[arg(long)]
+        destination: String,
+        #[arg(long)]
+        narration: Option<String>,
+    },
+    /// One payout's record.
+    Show { payout: String },
+    /// Payouts not settled yet (new, reserved, sent), oldest first.
+    List {
+        #[arg(long, default_value_t = 100)]
+        max: usize,
+    },
+}
+
+pub async fn run(
+    action: PayoutsAction,
+    config: &Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
+    match action {
+        PayoutsAction::Create {
+            key,
+            provider,
+            account,
+            amount,
+            currency,
+            destination,
+            narration,
+        } => {
+            let destination: serde_json::Value =
+                usage("--destination", serde_json::from_str(&destination))?;
+            let body = json!({"provider": provider, "account": account, "amount": amount,
+                "currency": currency, "destination": destination, "narration": narration});
+            let api = HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(
+                std::time::Duration::from_millis(
+                    u64::try_from(config.provider_timeout_ms).unwrap_or(5_000),
+                ),
+            );
+            let supports = |p| api.supports(p);
+            let request = usage(
+                "request",
+                PayoutRequest::parse(
+                    body.to_string().as_bytes(),
+                    Limits {
+                        max_amount_minor: config.payout_max_minor,
+                        supports: &supports,
+                    },
+                ),
+            )?;
+            let key = usage("--key", RequestKey::parse(&key))?;
+            let who = operator();
+            let pipeline = Pipeline::new(store);
+            let answer = pipeline
+                .payout(
+                    &api,
+                    PayoutCall {
+                        caller: &who,
+                        key: &key,
+                        request: &request,
+                        lease_ms: config.lease_ms.min(config.max_lease_ms),
+                    },
+                )
+                .await
+                .map_err(|e| CliError::Other(e.to_string()))?;
+            let detail = json!({"payout": PayoutId::derive(&who, &key).as_str(),
+                "account": request.account.as_str(), "amount": amount, "currency": request.money.currency.as_str()});
+            let result = json!({"http_status": answer.status, "payout_status": answer.payout_status.map(|s| s.as_str())});
+            crate::audit::record(&who, "payouts.create", &detail, Ok(&result));
+            let body: serde_json::Value =
+                serde_json::from_str(&answer.body).unwrap_or(serde_json::Value::Null);
+            print_json(
+                &json!({"status": answer.status, "replayed": answer.replayed,
+                "payout_status": answer.payout_status.map(|s| s.as_str()), "answer": body}),
+            )
+        }
+        PayoutsAction::Show { payout } => {
+            let id = PayoutId::parse(&payout)
+                .ok_or_else(|| CliError::Usage("payout: po_ and 32 hex digits".into()))?;
+            match store.payout(&id).await? {
+                Some(record) => print_json(&record),
+                None => Err(CliError::Other(format!("no payout {id}"))),
+            }
+        }
+        PayoutsAction::List { max } => {
+            let open = store.open_payouts(i64::MAX, max).await?;
+            print_json(&open)
+        }
+    }
+}

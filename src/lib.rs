@@ -65,6 +65,17 @@
 //! process's clock: leases, movement times and ledger checkpoints are in DynamoDB's own time,
 //! learnt from the `Date` of its answers ([`dynamodb::clock`]), so a takeover, a replay or a
 //! balance read on a machine minutes off judges and writes the same times as every other.
+//!
+//! # Money out
+//!
+//! A payout is the same protocol around an *outgoing* call (`pipeline::payouts`, [`pipeline::Pipeline::payout`]): claim the
+//! caller's `Idempotency-Key` (`payout:{id}`, the id derived from caller and key), record the
+//! payout (`new`), decide its reservation through the account's guard item (one conditional
+//! write per decision, so concurrent payouts never overdraw: [`dynamodb`]'s `payouts` module),
+//! mark it `sent` (conditioned on the send count), call the provider once under the id as its
+//! reference, apply the provider's word under the word's own key, finalize. A call whose outcome
+//! is unknown is never repeated under another reference: the next attempt asks the provider
+//! first. The states and the settlement rule: [`payouts`].
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

@@ -389,6 +389,9 @@ def main():
     p.add_argument("--init-runs", type=int, default=11)
     p.add_argument("--check", action="store_true", help="quick self-test: 3 deliveries per class, 1 init run")
     p.add_argument("--server-logs", help="append the servers' stderr here (default: discarded)")
+    p.add_argument("--secrets-endpoint", help="a Secrets Manager endpoint (moto) holding --secret-id: also time "
+                   "payhook's init when it reads its signing secret from there (init_secrets)")
+    p.add_argument("--secret-id", default="payhook/bench")
     args = p.parse_args()
     if args.check:
         args.n, args.warmup, args.init_runs = 3, 1, 1
@@ -419,6 +422,16 @@ def main():
             https = measure_ready(Target(name, args, https_env(env)), args.init_runs)
             log(f"  {name:<15} https endpoint: ready {https['ready_ms']:.2f} ms (CPU {https['ready_cpu_ms']:.2f} ms)")
             out["targets"][name]["init_https"] = https
+        if name.startswith("payhook") and args.secrets_endpoint:
+            # The signing secret from Secrets Manager instead of the environment: every rotation
+            # stage is asked for (three GetSecretValue calls) before the first request.
+            senv = dict(env)
+            senv.pop("PAYHOOK_GENERIC_SECRETS", None)
+            senv.update({"PAYHOOK_GENERIC_SECRETS_ARN": args.secret_id,
+                         "AWS_ENDPOINT_URL_SECRETS_MANAGER": args.secrets_endpoint})
+            sm = measure_ready(Target(name, args, senv), args.init_runs)
+            log(f"  {name:<15} secrets from Secrets Manager: ready {sm['ready_ms']:.2f} ms (CPU {sm['ready_cpu_ms']:.2f} ms)")
+            out["targets"][name]["init_secrets"] = sm
     print(json.dumps(out, indent=1))
 
 

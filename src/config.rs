@@ -27,6 +27,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token of POST /payouts and GET /payouts/{payout} under `payhook serve` (at least 24 characters; unset: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
     ("PAYHOOK_PAYOUT_MAX_MINOR", "payouts: the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
     ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
+    ("PAYHOOK_SECRETS_REFRESH_S", "how often provider secrets read from Secrets Manager (the *_ARN variables) are read again (default 300); a signature no known secret verifies also reads them again, at most every 30 s"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
     ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];
@@ -75,6 +76,11 @@ pub struct Config {
     pub payout_token: Option<ReadToken>,
     pub payout_max_minor: i64,
     pub provider_timeout_ms: i64,
+    /// How often secrets from Secrets Manager are read again.
+    pub secrets_refresh_ms: i64,
+    /// Where the provider secrets named by `*_ARN` variables are read from (set by
+    /// [`crate::runtime::read_secrets`]); `None`: the environment's values are all there is.
+    pub secret_source: Option<std::sync::Arc<crate::secrets::SecretSource>>,
     /// Per provider, where its webhooks may come from (`PAYHOOK_{PROVIDER}_SOURCE_IPS`).
     pub source_allowlists: BTreeMap<ProviderId, SourceAllowlist>,
 }
@@ -146,6 +152,7 @@ impl Config {
             });
         }
         let provider_timeout_ms = positive(&get, "PAYHOOK_PROVIDER_TIMEOUT_MS", 5_000)?;
+        let secrets_refresh_ms = positive(&get, "PAYHOOK_SECRETS_REFRESH_S", 300)? * 1_000;
         let provider_env: BTreeMap<&'static str, String> = REGISTRY
             .iter()
             .flat_map(|d| d.env.iter())
@@ -172,8 +179,37 @@ impl Config {
             payout_token,
             payout_max_minor,
             provider_timeout_ms,
+            secrets_refresh_ms,
+            secret_source: None,
             source_allowlists,
         })
+    }
+
+    /// The secrets to read from Secrets Manager: every provider secret whose `*_ARN` variable
+    /// is set.
+    pub fn secret_refs(&self) -> Vec<crate::secrets::SecretRef> {
+        REGISTRY
+            .iter()
+            .flat_map(|d| d.secret_arns.iter())
+            .filter_map(|(arn_var, target, rotating)| {
+                let id = self.provider_env.get(arn_var)?.trim();
+                (!id.is_empty()).then(|| crate::secrets::SecretRef {
+                    target,
+                    secret_id: id.to_owned(),
+                    rotating: *rotating,
+                })
+            })
+            .collect()
+    }
+
+    /// The same configuration with secret values read at run time (they replace any value
+    /// the environment gave the same variable).
+    pub fn with_secret_values(&self, values: &BTreeMap<&'static str, String>) -> Config {
+        let mut c = self.clone();
+        for (k, v) in values {
+            c.provider_env.insert(k, v.clone());
+        }
+        c
     }
 
     fn provider_env(&self) -> ProviderEnv<'_> {

@@ -31,13 +31,14 @@
 //!   route, and the authorized read routes ([`http::read`]).
 //! - [`reconcile`]: the backstop: stuck claims, open payments (asking the provider), failed deliveries.
 //! - [`replay`]: re-driving stored deliveries through the pipeline.
+//! - [`secrets`]: provider secrets read from Secrets Manager at run time (every rotation stage).
 //! - [`audit`]: one structured line per operator action (who, what, when, how it ended).
 //! - [`config`]: environment, read once.
 //! - [`cli`]: the `payhook` command line.
 //!
 //! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
 //! checks it): `domain`, `store` → `idempotency`, `payments`, `payouts`, `ledger`, `eventlog`,
-//! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http` →
+//! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http`, `secrets` →
 //! `config`, `runtime`, `cli`.
 //!
 //! # The idempotency protocol
@@ -97,4 +98,5 @@ pub mod read;
 pub mod reconcile;
 pub mod replay;
 pub mod runtime;
+pub mod secrets;
 pub mod store;

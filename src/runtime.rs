@@ -12,11 +12,16 @@ use crate::dynamodb::DynamoStore;
 use crate::metrics::MetricsSink;
 use std::sync::Arc;
 
+use crate::http::live::{LiveProviders, Refresh};
 use crate::http::payouts::{PayoutAccess, PayoutService};
 use crate::http::{App, ReadAccess};
 use crate::pipeline::{Pipeline, Store};
+use crate::providers::Providers;
 use crate::reconcile::invoke::Ops;
 use crate::reconcile::{self, HttpProviderApi};
+use crate::secrets::SecretSource;
+use std::future::Future;
+use std::pin::Pin;
 
 /// Logs to stderr (stdout is for results and metrics); JSON when Lambda asks for it.
 pub fn init_tracing() {
@@ -63,8 +68,12 @@ pub fn tokio_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// True when the DynamoDB endpoint the SDK will use is plain `http://` (dynalite, DynamoDB
 /// Local): the standard endpoint variables, service-specific first, as the SDK reads them.
 fn endpoint_is_plain_http() -> bool {
-    let endpoint =
-        std::env::var("AWS_ENDPOINT_URL_DYNAMODB").or_else(|_| std::env::var("AWS_ENDPOINT_URL"));
+    service_endpoint_is_plain_http("AWS_ENDPOINT_URL_DYNAMODB")
+}
+
+/// The same for one service's endpoint variable.
+fn service_endpoint_is_plain_http(var: &str) -> bool {
+    let endpoint = std::env::var(var).or_else(|_| std::env::var("AWS_ENDPOINT_URL"));
     endpoint.is_ok_and(|e| e.trim().to_ascii_lowercase().starts_with("http://"))
 }
 
@@ -129,6 +138,17 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         tracing::error!(provider = %p, error = %e, "provider refused: its webhooks will get 503 until its secret is fixed");
     }
     tracing::info!(providers = ?providers.configured(), "providers configured");
+    let providers = match &config.secret_source {
+        Some(source) => LiveProviders::refreshed(
+            providers,
+            Box::new(SecretsRefresh {
+                source: source.clone(),
+                config: config.clone(),
+            }),
+            config.secrets_refresh_ms,
+        ),
+        None => LiveProviders::fixed(providers),
+    };
     Arc::new(App {
         pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
@@ -159,6 +179,70 @@ pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutSer
             None
         }
     }
+}
+
+/// Reads the adapters again from the secrets as they are now.
+struct SecretsRefresh {
+    source: Arc<SecretSource>,
+    config: Config,
+}
+
+impl Refresh for SecretsRefresh {
+    fn read(&self) -> Pin<Box<dyn Future<Output = Option<Providers>> + Send + 'static>> {
+        let (source, config) = (self.source.clone(), self.config.clone());
+        Box::pin(async move {
+            match source.read().await {
+                Ok(values) => Some(config.with_secret_values(&values).providers().0),
+                Err(e) => {
+                    tracing::warn!(error = %e, "provider secrets not read again; the last good ones stay");
+                    None
+                }
+            }
+        })
+    }
+}
+
+/// Reads the provider secrets the environment names (`PAYHOOK_*_ARN`) from Secrets Manager,
+/// once at start-up, and returns the configuration with their values and the source for
+/// refreshes. Unreadable at start: logged, and those providers answer 503 (never accept
+/// unsigned) until a refresh reads them.
+pub async fn read_secrets(config: Config) -> Config {
+    let refs = config.secret_refs();
+    if refs.is_empty() {
+        return config;
+    }
+    let started = std::time::Instant::now();
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(3))
+        .operation_timeout(Duration::from_secs(6))
+        .build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
+    // moto locally: the SDK's plain-HTTP client (its default client speaks only HTTPS).
+    if service_endpoint_is_plain_http("AWS_ENDPOINT_URL_SECRETS_MANAGER") {
+        loader = loader.http_client(aws_smithy_http_client::Builder::new().build_http());
+    }
+    let sdk = loader.load().await;
+    let source = Arc::new(SecretSource::new(
+        aws_sdk_secretsmanager::Client::new(&sdk),
+        refs,
+    ));
+    let read = source.read().await;
+    let mut config = config;
+    config.secret_source = Some(source.clone());
+    match read {
+        Ok(values) => {
+            tracing::info!(
+                secrets = values.len(),
+                read_ms = started.elapsed().as_millis() as u64,
+                "provider secrets read from Secrets Manager"
+            );
+            config = config.with_secret_values(&values);
+        }
+        Err(e) => tracing::error!(error = %e, cause = ?std::error::Error::source(&e),
+            "provider secrets unreadable: their webhooks answer 503 until a refresh reads them"),
+    }
+    config
 }
 
 /// What the operations function (reconcile, replay) needs.

@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
         "audit",
     ],
     // Adapters to the outside: DynamoDB, HTTP.
-    &["dynamodb", "http"],
+    &["dynamodb", "http", "secrets"],
     // Assembly: configuration, process start-up, the command line.
     &["config", "runtime", "cli"],
 ];

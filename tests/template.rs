@@ -235,7 +235,10 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
         let vars = env_vars();
         let wanted: Vec<&(&str, &str)> = vars
             .iter()
-            .filter(|(_, what)| !local_only(what) && (all || !reconcile_only(what)))
+            // Secret values are never in an environment: their `_ARN` names are.
+            .filter(|(n, what)| {
+                !local_only(what) && !is_secret(n) && (all || !reconcile_only(what))
+            })
             .collect();
         for (var, what) in &wanted {
             if !env.contains_key(*var) {
@@ -246,6 +249,7 @@ fn every_function_sets_exactly_the_env_vars_the_code_reads() {
             match env_vars().iter().find(|(n, _)| n == var) {
                 None => problems.push(format!("{name}: sets {var}, which the code does not read (not in payhook::config::env_vars())")),
                 Some((_, what)) if local_only(what) => problems.push(format!("{name}: sets {var}, which only `payhook serve` may read ({what})")),
+                Some(_) if is_secret(var) => problems.push(format!("{name}: sets {var}, a secret value (set {var}_ARN, the secret's name, instead)")),
                 Some((_, what)) if !all && reconcile_only(what) => {
                     problems.push(format!("{name}: sets {var}, which only {RECONCILE_BINARY} reads ({what})"))
                 }
@@ -278,35 +282,81 @@ fn secrets_come_from_secrets_manager_never_from_the_template() {
         "env_vars() names no secret variable"
     );
     for (name, f) in t.functions() {
-        for (var, value) in t.env(f).iter().filter(|(var, _)| is_secret(var)) {
+        let env = t.env(f);
+        for (var, value) in &env {
             let text = value.to_string();
+            // No secret value and no dynamic reference (resolved into the environment, where
+            // lambda:GetFunctionConfiguration shows it) in any function's environment.
             assert!(
-                text.contains("{{resolve:secretsmanager:"),
-                "{name}: {var} must be a {{{{resolve:secretsmanager:…}}}} dynamic reference, got {text}"
+                !text.contains("{{resolve:"),
+                "{name}: {var} is a dynamic reference: its value would sit in the environment"
             );
-            // Every parameter the reference names is NoEcho and has no default value.
-            let mut rest = text.as_str();
-            while let Some(start) = rest.find("${") {
-                let end = start + rest[start..].find('}').unwrap();
-                let param = &rest[start + 2..end];
-                let p = &t.doc["Parameters"][param];
-                assert!(
-                    p.is_object(),
-                    "{var} references ${{{param}}}, which is not a parameter"
+            assert!(!is_secret(var), "{name}: sets the secret value {var}");
+        }
+        let grants = secret_grants(f);
+        for (var, value) in env.iter().filter(|(v, _)| v.ends_with("_ARN")) {
+            let target = var.trim_end_matches("_ARN");
+            assert!(is_secret(target), "{name}: {var} names no secret variable");
+            // `!If [HasX, !Ref XName, !Ref AWS::NoValue]`: the name, from a NoEcho parameter
+            // without a default.
+            let param = value["Fn::If"][1]["Ref"].as_str().unwrap_or_else(|| {
+                panic!("{name}: {var} must be !If [Has…, !Ref <parameter>, !Ref AWS::NoValue]")
+            });
+            let p = &t.doc["Parameters"][param];
+            assert_eq!(
+                p["NoEcho"], true,
+                "parameter {param} (used by {var}) must be NoEcho"
+            );
+            assert!(
+                scalar(&p["Default"]).unwrap_or_default().is_empty(),
+                "parameter {param} must not default to a value"
+            );
+            // The function may read exactly that secret.
+            assert!(
+                grants
+                    .iter()
+                    .any(|g| g.contains(&format!("secret:${{{param}}}-*"))),
+                "{name}: reads {var} but may not secretsmanager:GetSecretValue on ${{{param}}}"
+            );
+        }
+        // And no secret it does not name.
+        for g in &grants {
+            assert!(
+                env.iter().any(|(v, value)| v.ends_with("_ARN")
+                    && value["Fn::If"][1]["Ref"]
+                        .as_str()
+                        .is_some_and(|p| g.contains(&format!("secret:${{{p}}}-*")))),
+                "{name}: may read {g}, which no variable of its names"
+            );
+        }
+    }
+}
+
+/// The secrets a function may `secretsmanager:GetSecretValue` (their `!Sub` ARN texts); no
+/// other Secrets Manager action.
+fn secret_grants(f: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for policy in one_or_many(&f["Properties"]["Policies"]) {
+        for st in one_or_many(&policy["Statement"]) {
+            let actions: Vec<&str> = one_or_many(&st["Action"])
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect();
+            if !actions.iter().any(|a| a.starts_with("secretsmanager:")) {
+                continue;
+            }
+            assert_eq!(actions, ["secretsmanager:GetSecretValue"], "{st}");
+            for r in one_or_many(&st["Resource"]) {
+                out.push(
+                    r["Fn::Sub"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{r}"))
+                        .to_owned(),
                 );
-                assert_eq!(
-                    p["NoEcho"], true,
-                    "parameter {param} (used by {var}) must be NoEcho"
-                );
-                let default = scalar(&p["Default"]).unwrap_or_default();
-                assert!(
-                    default.is_empty(),
-                    "parameter {param} must not default to a value, got {default:?}"
-                );
-                rest = &rest[end..];
             }
         }
     }
+    out
 }
 
 #[test]
@@ -651,6 +701,10 @@ fn iam_grants_only_the_calls_the_code_makes_on_declared_tables_and_indexes() {
                     .into_iter()
                     .map(|a| a.as_str().unwrap())
                     .collect();
+                // Secrets: checked by secrets_come_from_secrets_manager_never_from_the_template.
+                if actions.iter().all(|a| a.starts_with("secretsmanager:")) {
+                    continue;
+                }
                 for r in one_or_many(&st["Resource"]) {
                     let (logical, index) = resource_target(r).unwrap_or_else(|| panic!("{name}: resource {r} is not a table ARN (!GetAtt T.Arn) or index ARN (!Sub ${{T.Arn}}/index/NAME)"));
                     let def = defs.get(logical.as_str()).unwrap_or_else(|| {

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 async fn run() -> Result<(), CliError> {
     let config = Config::from_env()?;
+    // Provider secrets named by `*_ARN` variables, from Secrets Manager (never the environment).
+    let config = payhook::runtime::read_secrets(config).await;
     if payhook::runtime::in_lambda() {
         let store = payhook::runtime::dynamo_store(&config).await;
         payhook::runtime::refuse_eventual_replicas(&store)

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 async fn run() -> Result<(), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
+    let config = runtime::read_secrets(config).await;
     let store = runtime::dynamo_store(&config).await;
     runtime::refuse_eventual_replicas(&store)
         .await

@@ -2,6 +2,7 @@
 //! Webhooks: request -> provider adapter (verify, normalise) -> pipeline -> response. Reads
 //! ([`read`]): authorize -> [`crate::read`] -> JSON. No domain logic here.
 
+pub mod live;
 pub mod payouts;
 pub mod read;
 pub mod source;
@@ -21,7 +22,6 @@ use serde_json::json;
 use crate::domain::{now_ms, ProviderId, MAX_BODY_BYTES};
 use crate::metrics::{self, Disposition, MetricsSink, Rejection};
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
-use crate::providers::Providers;
 
 /// Time kept back from the Lambda deadline when sizing a lease, so our finalize lands before
 /// the runtime kills us and a successor cannot take over while we still write.
@@ -30,7 +30,8 @@ const DEADLINE_MARGIN_MS: i64 = 1_000;
 /// What the router needs, built once per process.
 pub struct App<S> {
     pub pipeline: Pipeline<S>,
-    pub providers: Providers,
+    /// The adapters deliveries are verified with ([`live`]: replaced when secrets are read again).
+    pub providers: live::LiveProviders,
     pub lease_ms: i64,
     pub max_lease_ms: i64,
     /// Where the one CloudWatch EMF line per delivery goes ([`crate::metrics`]): stdout inside
@@ -103,7 +104,12 @@ async fn webhook<S: Store>(
             .get::<lambda_http::Context>()
             .map(|c| c.request_id.clone()),
     };
-    let Some(adapter) = app.providers.get(provider_id) else {
+    app.providers.refresh_if_due().await;
+    let mut providers = app.providers.current();
+    if providers.get(provider_id).is_none() && app.providers.refresh_after_failure().await {
+        providers = app.providers.current();
+    }
+    let Some(adapter) = providers.get(provider_id) else {
         tracing::warn!(request_id = ctx.rid(), provider = %provider_id, "provider not configured");
         return ctx.reject(
             Rejection::NotConfigured,
@@ -133,6 +139,26 @@ async fn webhook<S: Store>(
     let Some(bytes) = read_body(&parts.headers, body).await else {
         tracing::info!(request_id = ctx.rid(), provider = %provider_id, "body too large");
         return ctx.reject(Rejection::TooLarge, too_large());
+    };
+    // A signature no known secret verifies may be signed with a secret rotated in since the
+    // last read: read them again (rate-limited) and verify once more.
+    if app.providers.refreshes()
+        && adapter
+            .verify(&parts.headers, &bytes, received_at_ms / 1_000)
+            .is_err()
+        && app.providers.refresh_after_failure().await
+    {
+        providers = app.providers.current();
+    }
+    let Some(adapter) = providers.get(provider_id) else {
+        return ctx.reject(
+            Rejection::NotConfigured,
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "provider_not_configured",
+                format!("{provider} has no secret configured"),
+            ),
+        );
     };
     match ctx.verified_event(adapter, &parts.headers, &bytes, received_at_ms) {
         Ok(event) => ctx.process(&event, &bytes, received_at_ms, lease).await,

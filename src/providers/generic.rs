@@ -43,9 +43,21 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_GENERIC_SOURCE_IPS",
             "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
         ),
+        (
+            "PAYHOOK_GENERIC_SECRETS_ARN",
+            "Secrets Manager secret (name or ARN) holding PAYHOOK_GENERIC_SECRETS, read at run time in every rotation stage (AWSCURRENT, AWSPENDING, AWSPREVIOUS); set instead of PAYHOOK_GENERIC_SECRETS in AWS",
+        ),
+        (
+            "PAYHOOK_GENERIC_API_KEY_ARN",
+            "reconciliation and payouts: Secrets Manager secret (name or ARN) holding PAYHOOK_GENERIC_API_KEY (AWSCURRENT), read at run time; set instead of PAYHOOK_GENERIC_API_KEY in AWS",
+        ),
     ],
     build,
     source_ips: "PAYHOOK_GENERIC_SOURCE_IPS",
+    secret_arns: &[
+        ("PAYHOOK_GENERIC_SECRETS_ARN", "PAYHOOK_GENERIC_SECRETS", true),
+        ("PAYHOOK_GENERIC_API_KEY_ARN", "PAYHOOK_GENERIC_API_KEY", false),
+    ],
     transfers: Some(TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_GENERIC_API_URL",

@@ -291,6 +291,10 @@ pub struct ProviderDef {
     pub source_ips: &'static str,
     /// How its API sends and tells about transfers (payouts), if payhook pays out through it.
     pub transfers: Option<transfers::TransferDef>,
+    /// Its secrets that may be read from Secrets Manager at run time instead of the
+    /// environment: `(the variable naming the secret, the variable it fills, every rotation
+    /// stage?)`. Both names are in `env`.
+    pub secret_arns: &'static [(&'static str, &'static str, bool)],
 }
 
 /// Boxes a built adapter.

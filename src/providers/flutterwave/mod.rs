@@ -74,9 +74,26 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
             "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
         ),
+        (
+            "PAYHOOK_FLUTTERWAVE_SECRETS_ARN",
+            "Secrets Manager secret (name or ARN) holding PAYHOOK_FLUTTERWAVE_SECRETS, read at run time in every rotation stage (AWSCURRENT, AWSPENDING, AWSPREVIOUS); set instead of PAYHOOK_FLUTTERWAVE_SECRETS in AWS",
+        ),
+        (
+            "PAYHOOK_FLUTTERWAVE_V4_SECRETS_ARN",
+            "Secrets Manager secret (name or ARN) holding PAYHOOK_FLUTTERWAVE_V4_SECRETS, read at run time in every rotation stage (AWSCURRENT, AWSPENDING, AWSPREVIOUS); set instead of PAYHOOK_FLUTTERWAVE_V4_SECRETS in AWS",
+        ),
+        (
+            "PAYHOOK_FLUTTERWAVE_API_KEY_ARN",
+            "reconciliation and payouts: Secrets Manager secret (name or ARN) holding PAYHOOK_FLUTTERWAVE_API_KEY (AWSCURRENT), read at run time; set instead of PAYHOOK_FLUTTERWAVE_API_KEY in AWS",
+        ),
     ],
     build,
     source_ips: "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
+    secret_arns: &[
+        ("PAYHOOK_FLUTTERWAVE_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_SECRETS", true),
+        ("PAYHOOK_FLUTTERWAVE_V4_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_V4_SECRETS", true),
+        ("PAYHOOK_FLUTTERWAVE_API_KEY_ARN", "PAYHOOK_FLUTTERWAVE_API_KEY", false),
+    ],
     transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_FLUTTERWAVE_API_URL",

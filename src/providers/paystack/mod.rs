@@ -58,9 +58,21 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_PAYSTACK_SOURCE_IPS",
             "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
         ),
+        (
+            "PAYHOOK_PAYSTACK_SECRETS_ARN",
+            "Secrets Manager secret (name or ARN) holding PAYHOOK_PAYSTACK_SECRETS, read at run time in every rotation stage (AWSCURRENT, AWSPENDING, AWSPREVIOUS); set instead of PAYHOOK_PAYSTACK_SECRETS in AWS",
+        ),
+        (
+            "PAYHOOK_PAYSTACK_API_KEY_ARN",
+            "reconciliation and payouts: Secrets Manager secret (name or ARN) holding PAYHOOK_PAYSTACK_API_KEY (AWSCURRENT), read at run time; set instead of PAYHOOK_PAYSTACK_API_KEY in AWS",
+        ),
     ],
     build,
     source_ips: "PAYHOOK_PAYSTACK_SOURCE_IPS",
+    secret_arns: &[
+        ("PAYHOOK_PAYSTACK_SECRETS_ARN", "PAYHOOK_PAYSTACK_SECRETS", true),
+        ("PAYHOOK_PAYSTACK_API_KEY_ARN", "PAYHOOK_PAYSTACK_API_KEY", false),
+    ],
     transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_PAYSTACK_API_URL",

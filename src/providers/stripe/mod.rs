@@ -60,9 +60,21 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_STRIPE_SOURCE_IPS",
             "addresses or CIDR blocks its webhooks may come from (the source IP API Gateway saw); blank: any",
         ),
+        (
+            "PAYHOOK_STRIPE_SECRETS_ARN",
+            "Secrets Manager secret (name or ARN) holding PAYHOOK_STRIPE_SECRETS, read at run time in every rotation stage (AWSCURRENT, AWSPENDING, AWSPREVIOUS); set instead of PAYHOOK_STRIPE_SECRETS in AWS",
+        ),
+        (
+            "PAYHOOK_STRIPE_API_KEY_ARN",
+            "reconciliation and payouts: Secrets Manager secret (name or ARN) holding PAYHOOK_STRIPE_API_KEY (AWSCURRENT), read at run time; set instead of PAYHOOK_STRIPE_API_KEY in AWS",
+        ),
     ],
     build,
     source_ips: "PAYHOOK_STRIPE_SOURCE_IPS",
+    secret_arns: &[
+        ("PAYHOOK_STRIPE_SECRETS_ARN", "PAYHOOK_STRIPE_SECRETS", true),
+        ("PAYHOOK_STRIPE_API_KEY_ARN", "PAYHOOK_STRIPE_API_KEY", false),
+    ],
     transfers: Some(transfers::TRANSFERS),
     api: ApiDef {
         url_var: "PAYHOOK_STRIPE_API_URL",

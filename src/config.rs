@@ -209,6 +209,8 @@ impl Config {
         for (k, v) in values {
             c.provider_env.insert(k, v.clone());
         }
+        // API keys among them: the endpoints are built from the values now set.
+        c.api_endpoints = api_endpoints(&c.provider_env);
         c
     }
 
@@ -335,6 +337,7 @@ fn api_endpoints(values: &BTreeMap<&'static str, String>) -> Vec<ApiEndpoint> {
                 provider: d.id,
                 base_url,
                 api_key,
+                basic_auth: d.api.basic_auth,
             })
         })
         .collect()

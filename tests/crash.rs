@@ -414,6 +414,7 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
         provider: ProviderId::GENERIC,
         base_url,
         api_key: "k_test".into(),
+        basic_auth: false,
     }])
     .unwrap();
     let (providers, _) = config(30_000).providers();

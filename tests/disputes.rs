@@ -492,6 +492,7 @@ async fn reconcile_with(
         provider,
         base_url: base_url.to_owned(),
         api_key: "sk_test_k".into(),
+        basic_auth: false,
     }])
     .unwrap();
     let pipeline = Pipeline::new(store.clone());

@@ -360,6 +360,7 @@ async fn reconcile(store: &DynamoStore) {
         provider: ProviderId::GENERIC,
         base_url: "http://127.0.0.1:9".into(),
         api_key: "k".into(),
+        basic_auth: false,
     }])
     .unwrap();
     let pipeline = Pipeline::new(store.clone());

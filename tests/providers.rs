@@ -25,6 +25,8 @@ const STRIPE_OLD: &str = "whsec_payhook_tests_stripe_rotated_out";
 const PAYSTACK: &str = "sk_test_payhook_tests_paystack_secret_key";
 const FW_V3: &str = "payhook-tests-flutterwave-v3-hash";
 const FW_V4: &str = "payhook-tests-flutterwave-v4-secret";
+const RAZORPAY: &str = "payhook-tests-razorpay-webhook-secret";
+const RAZORPAY_OLD: &str = "payhook-tests-razorpay-rotated-out";
 
 fn lookup(pairs: Vec<(&'static str, String)>) -> Config {
     Config::from_lookup(move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()))
@@ -39,6 +41,10 @@ fn config() -> Config {
         ("PAYHOOK_PAYSTACK_SECRETS", PAYSTACK.to_owned()),
         ("PAYHOOK_FLUTTERWAVE_SECRETS", FW_V3.to_owned()),
         ("PAYHOOK_FLUTTERWAVE_V4_SECRETS", FW_V4.to_owned()),
+        (
+            "PAYHOOK_RAZORPAY_SECRETS",
+            format!("{RAZORPAY} {RAZORPAY_OLD}"),
+        ),
     ])
 }
 
@@ -57,6 +63,10 @@ fn forger() -> Config {
         (
             "PAYHOOK_FLUTTERWAVE_V4_SECRETS",
             "not-the-v4-secret".to_owned(),
+        ),
+        (
+            "PAYHOOK_RAZORPAY_SECRETS",
+            "not-the-razorpay-secret".to_owned(),
         ),
     ])
 }
@@ -533,4 +543,57 @@ async fn a_provider_with_an_empty_or_unusable_secret_is_refused_not_open() {
         assert_refused(provider, &r, 503, "provider_not_configured", None);
     }
     assert_eq!(counts(&store).await, [0, 0, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn razorpay_samples_apply_and_captured_and_order_paid_credit_once() {
+    let store = store("razorpay").await;
+    let app = app(store.clone());
+    let steps = [
+        step("payment_captured.json", "applied", false),
+        // order.paid carries the same payment: the same key, so a replay of its answer.
+        step("order_paid.json", "applied", true),
+        step("payment_failed.json", "applied", false),
+        step("refund_processed.json", "applied", false),
+        // A refund that failed before it was applied: voided, nothing moves.
+        step("refund_failed.json", "voided", false),
+    ];
+    run_samples(payhook::domain::ProviderId::RAZORPAY, &steps, &app, &store).await;
+    assert_balance(&store, &[("INR", 50_000 - 20_000)], 2).await;
+
+    // The same capture, signed with the rotated-out secret, 16 times at once: one credit.
+    let store = common::store("razorpay_concurrent").await;
+    let app = build_app(&config(), store.clone());
+    let event = resign_file(
+        &events_dir("razorpay").join("payment_captured.json"),
+        &config(),
+    )
+    .unwrap();
+    let body = event["body"].as_str().unwrap().to_owned();
+    let sig = hex::encode(payhook::providers::signature::hmac_sha256(
+        RAZORPAY_OLD.as_bytes(),
+        &[body.as_bytes()],
+    ));
+    let tasks = (0..16).map(|_| {
+        let (app, body, sig) = (app.clone(), body.clone(), sig.clone());
+        tokio::spawn(async move {
+            let req = Request::post("/webhooks/razorpay")
+                .header("content-type", "application/json")
+                .header("x-razorpay-signature", sig)
+                .header("x-razorpay-event-id", "evt_concurrent")
+                .body(Body::from(body))
+                .unwrap();
+            common::send(&app, req).await.status
+        })
+    });
+    let statuses: Vec<u16> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 409)),
+        "{statuses:?}"
+    );
+    assert_balance(&store, &[("INR", 50_000)], 1).await;
 }

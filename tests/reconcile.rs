@@ -91,6 +91,7 @@ fn api(base_url: &str, timeout_ms: u64) -> HttpProviderApi {
         provider,
         base_url: base_url.to_owned(),
         api_key: "k_test".into(),
+        basic_auth: false,
     })
     .collect();
     HttpProviderApi::new(endpoints)
@@ -718,4 +719,80 @@ async fn a_failure_logged_after_a_later_arrival_was_redriven_is_still_redriven_o
     );
     assert!(redriven(&third).is_empty(), "{third:?}");
     assert_eq!(balance(&store, "w_late").await, (200, 2));
+}
+
+#[tokio::test]
+async fn razorpay_is_asked_with_basic_auth_and_its_captured_payment_credits_once() {
+    // GIVEN a Razorpay payment registered, and a payments API that answers only with basic auth
+    let store = store("rc_razorpay").await;
+    let e = ExpectedPayment {
+        provider: ProviderId::RAZORPAY,
+        reference: Reference::parse("pay_rzp_1").unwrap(),
+        account: AccountId::parse("w_rzp").unwrap(),
+        money: Money::new(50_000, Currency::parse("INR").unwrap()).unwrap(),
+    };
+    store.register(&e).await.unwrap();
+    let want = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            "rzp_key_id:rzp_key_secret"
+        )
+    );
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let app = axum::Router::new().route(
+        "/v1/payments/{id}",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let (seen, want) = (seen.clone(), want.clone());
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                seen.lock().unwrap().push(auth.clone());
+                if auth != want {
+                    return (axum::http::StatusCode::UNAUTHORIZED, "{}".to_owned());
+                }
+                let entity = json!({"id": "pay_rzp_1", "entity": "payment", "amount": 50000,
+                    "currency": "INR", "status": "captured", "notes": {"account": "w_rzp"}});
+                (axum::http::StatusCode::OK, entity.to_string())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = Config::from_lookup(|n| match n {
+        "PAYHOOK_RAZORPAY_SECRETS" => Some("rzp_webhook_secret".into()),
+        "PAYHOOK_RAZORPAY_API_URL" => Some(base.clone()),
+        "PAYHOOK_RAZORPAY_API_KEY" => Some("rzp_key_id:rzp_key_secret".into()),
+        _ => None,
+    })
+    .unwrap();
+    let (providers, _) = config.providers();
+    let api = HttpProviderApi::new(config.api_endpoints.clone())
+        .unwrap()
+        .with_timeout(Duration::from_millis(1_000));
+    // WHEN two passes ask about it
+    pass(&store, &providers, &api, settings()).await;
+    pass(&store, &providers, &api, settings()).await;
+    // THEN it was asked with basic auth, and credited once
+    assert!(asked
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|a| a.starts_with("Basic ")));
+    let b = store
+        .balance(&AccountId::parse("w_rzp").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            b.balances.get(&Currency::parse("INR").unwrap()).copied(),
+            b.entries
+        ),
+        (Some(50_000), 1)
+    );
 }

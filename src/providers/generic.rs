@@ -63,6 +63,7 @@ pub const DEF: ProviderDef = ProviderDef {
         url_var: "PAYHOOK_GENERIC_API_URL",
         default_base_url: None,
         key_var: "PAYHOOK_GENERIC_API_KEY",
+        basic_auth: false,
     },
 };
 

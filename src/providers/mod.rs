@@ -10,6 +10,7 @@ pub mod flutterwave;
 pub mod generic;
 pub mod json;
 pub mod paystack;
+pub mod razorpay;
 pub mod signature;
 pub mod stripe;
 pub mod transfers;
@@ -270,6 +271,8 @@ pub struct ApiDef {
     pub default_base_url: Option<&'static str>,
     /// Env var of the API key; the API is used only when it is set.
     pub key_var: &'static str,
+    /// The key is `id:secret` for HTTP basic auth (Razorpay), not a bearer token.
+    pub basic_auth: bool,
 }
 
 /// The adapter a [`ProviderDef`] builds: `None` when its secrets are not set.
@@ -307,7 +310,13 @@ pub fn boxed<P: Provider + 'static>(r: Result<P, SignatureError>) -> Built {
 
 /// Every provider payhook serves. Adding one: a module under providers/ exporting its
 /// `ProviderDef`, and its line here.
-pub const REGISTRY: &[ProviderDef] = &[generic::DEF, stripe::DEF, paystack::DEF, flutterwave::DEF];
+pub const REGISTRY: &[ProviderDef] = &[
+    generic::DEF,
+    stripe::DEF,
+    paystack::DEF,
+    flutterwave::DEF,
+    razorpay::DEF,
+];
 
 /// The provider's definition.
 pub fn def(id: ProviderId) -> Option<&'static ProviderDef> {

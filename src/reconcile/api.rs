@@ -59,6 +59,8 @@ pub struct ApiEndpoint {
     pub provider: ProviderId,
     pub base_url: String,
     pub api_key: String,
+    /// `api_key` is `id:secret` for HTTP basic auth rather than a bearer token.
+    pub basic_auth: bool,
 }
 
 impl std::fmt::Debug for ApiEndpoint {
@@ -67,6 +69,19 @@ impl std::fmt::Debug for ApiEndpoint {
             .field("provider", &self.provider)
             .field("base_url", &self.base_url)
             .finish_non_exhaustive()
+    }
+}
+
+impl ApiEndpoint {
+    /// The `Authorization` value: bearer, or basic (`base64(id:secret)`).
+    fn authorization(&self) -> String {
+        if self.basic_auth {
+            use base64::Engine;
+            let token = base64::engine::general_purpose::STANDARD.encode(self.api_key.as_bytes());
+            format!("Basic {token}")
+        } else {
+            format!("Bearer {}", self.api_key)
+        }
     }
 }
 
@@ -109,7 +124,7 @@ impl HttpProviderApi {
         };
         let url = format!("{}{path}", ep.base_url.trim_end_matches('/'));
         let req = http::Request::get(&url)
-            .header("authorization", format!("Bearer {}", ep.api_key))
+            .header("authorization", ep.authorization())
             .header("accept", "application/json")
             .body(Full::new(Bytes::new()))
             .map_err(|e| transport(Box::new(e)))?;
@@ -167,7 +182,7 @@ impl HttpProviderApi {
         };
         let url = format!("{}{}", ep.base_url.trim_end_matches('/'), call.path);
         let mut req = http::Request::post(&url)
-            .header("authorization", format!("Bearer {}", ep.api_key))
+            .header("authorization", ep.authorization())
             .header("accept", "application/json")
             .header("content-type", call.content_type);
         if let Some(key) = &call.idempotency_key {

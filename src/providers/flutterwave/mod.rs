@@ -99,6 +99,7 @@ pub const DEF: ProviderDef = ProviderDef {
         url_var: "PAYHOOK_FLUTTERWAVE_API_URL",
         default_base_url: Some("https://api.flutterwave.com"),
         key_var: "PAYHOOK_FLUTTERWAVE_API_KEY",
+        basic_auth: false,
     },
 };
 

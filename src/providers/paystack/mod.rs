@@ -78,6 +78,7 @@ pub const DEF: ProviderDef = ProviderDef {
         url_var: "PAYHOOK_PAYSTACK_API_URL",
         default_base_url: Some("https://api.paystack.co"),
         key_var: "PAYHOOK_PAYSTACK_API_KEY",
+        basic_auth: false,
     },
 };
 

@@ -80,6 +80,7 @@ pub const DEF: ProviderDef = ProviderDef {
         url_var: "PAYHOOK_STRIPE_API_URL",
         default_base_url: Some("https://api.stripe.com"),
         key_var: "PAYHOOK_STRIPE_API_KEY",
+        basic_auth: false,
     },
 };
 

@@ -185,6 +185,27 @@ impl Config {
         })
     }
 
+    /// The EventBridge doors whose partner event source is set.
+    pub fn event_doors(&self) -> Result<Vec<crate::providers::EventDoor>, ProviderConfigError> {
+        let mut doors = Vec::new();
+        for def in REGISTRY {
+            let Some(es) = def.event_source else { continue };
+            let Some(source) = self
+                .provider_env()
+                .setting(es.source_var)
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            doors.push(crate::providers::EventDoor {
+                provider: def.id,
+                source: source.trim().to_owned(),
+                mapper: (es.mapper)(self.provider_env())?,
+            });
+        }
+        Ok(doors)
+    }
+
     /// The secrets to read from Secrets Manager: every provider secret whose `*_ARN` variable
     /// is set.
     pub fn secret_refs(&self) -> Vec<crate::secrets::SecretRef> {

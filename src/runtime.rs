@@ -160,6 +160,13 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         read_access: ReadAccess::Iam,
         source_allowlists: config.source_allowlists.clone(),
         payouts: payout_service(config, PayoutAccess::Iam),
+        event_doors: match config.event_doors() {
+            Ok(doors) => doors,
+            Err(e) => {
+                tracing::error!(error = %e, "EventBridge doors refused: their events are refused until fixed");
+                Vec::new()
+            }
+        },
     })
 }
 

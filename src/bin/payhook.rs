@@ -17,7 +17,13 @@ async fn run() -> Result<(), CliError> {
             .await
             .map_err(|e| CliError::Other(e.to_string()))?;
         let app = payhook::runtime::build_app(&config, store);
-        return lambda_http::run(payhook::http::router(app))
+        let router = payhook::http::router(app);
+        // EventBridge events (the pass-through) answered 5xx become function errors, so Lambda
+        // retries them: payhook::http::events.
+        let service = tower::service_fn(move |req: lambda_http::Request| {
+            payhook::http::events::lambda_call(router.clone(), req)
+        });
+        return lambda_http::run(service)
             .await
             .map_err(|e| CliError::Other(format!("lambda runtime: {e}")));
     }

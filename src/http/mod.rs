@@ -2,6 +2,7 @@
 //! Webhooks: request -> provider adapter (verify, normalise) -> pipeline -> response. Reads
 //! ([`read`]): authorize -> [`crate::read`] -> JSON. No domain logic here.
 
+pub mod events;
 pub mod live;
 pub mod payouts;
 pub mod read;
@@ -43,6 +44,8 @@ pub struct App<S> {
     pub source_allowlists: std::collections::BTreeMap<ProviderId, source::SourceAllowlist>,
     /// The payout routes' client and access ([`payouts`]); `None`: they answer 503.
     pub payouts: Option<payouts::PayoutService>,
+    /// Providers whose events also arrive through Amazon EventBridge ([`events`]).
+    pub event_doors: Vec<crate::providers::EventDoor>,
 }
 
 impl<S> App<S> {
@@ -56,6 +59,7 @@ pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
         .route("/webhooks/{provider}", post(webhook::<S>))
         .merge(read::routes(app.clone()))
         .merge(payouts::routes())
+        .route(events::PATH, post(events::event::<S>))
         .with_state(app)
 }
 

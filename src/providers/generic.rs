@@ -54,6 +54,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_GENERIC_SOURCE_IPS",
+    event_source: None,
     secret_arns: &[
         ("PAYHOOK_GENERIC_SECRETS_ARN", "PAYHOOK_GENERIC_SECRETS", true),
         ("PAYHOOK_GENERIC_API_KEY_ARN", "PAYHOOK_GENERIC_API_KEY", false),

@@ -294,10 +294,41 @@ pub struct ProviderDef {
     pub source_ips: &'static str,
     /// How its API sends and tells about transfers (payouts), if payhook pays out through it.
     pub transfers: Option<transfers::TransferDef>,
+    /// Whether its events may also arrive through Amazon EventBridge (a partner event source,
+    /// authenticated by AWS rather than by a signature).
+    pub event_source: Option<EventSourceDef>,
     /// Its secrets that may be read from Secrets Manager at run time instead of the
     /// environment: `(the variable naming the secret, the variable it fills, every rotation
     /// stage?)`. Both names are in `env`.
     pub secret_arns: &'static [(&'static str, &'static str, bool)],
+}
+
+/// A provider's Amazon EventBridge door: the variable naming the partner event source whose
+/// events are accepted, and the mapper of their `detail` (the provider's own event, mapped by
+/// the same code as its webhooks, so both doors share keys).
+#[derive(Debug, Clone, Copy)]
+pub struct EventSourceDef {
+    pub source_var: &'static str,
+    pub mapper: fn(ProviderEnv<'_>) -> Result<Box<dyn Provider>, ProviderConfigError>,
+}
+
+/// A configured EventBridge door.
+pub struct EventDoor {
+    pub provider: ProviderId,
+    /// The partner event source (`aws.partner/stripe.com/…`): events from any other source are
+    /// refused.
+    pub source: String,
+    /// Maps `detail` (never asked to verify: AWS authenticated the source).
+    pub mapper: Box<dyn Provider>,
+}
+
+impl std::fmt::Debug for EventDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventDoor")
+            .field("provider", &self.provider)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Boxes a built adapter.

@@ -59,6 +59,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_RAZORPAY_SOURCE_IPS",
+    event_source: None,
     secret_arns: &[
         ("PAYHOOK_RAZORPAY_SECRETS_ARN", SECRETS, true),
         ("PAYHOOK_RAZORPAY_API_KEY_ARN", "PAYHOOK_RAZORPAY_API_KEY", false),

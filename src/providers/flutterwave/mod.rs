@@ -89,6 +89,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
+    event_source: None,
     secret_arns: &[
         ("PAYHOOK_FLUTTERWAVE_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_SECRETS", true),
         ("PAYHOOK_FLUTTERWAVE_V4_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_V4_SECRETS", true),

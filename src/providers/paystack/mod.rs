@@ -69,6 +69,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     build,
     source_ips: "PAYHOOK_PAYSTACK_SOURCE_IPS",
+    event_source: None,
     secret_arns: &[
         ("PAYHOOK_PAYSTACK_SECRETS_ARN", "PAYHOOK_PAYSTACK_SECRETS", true),
         ("PAYHOOK_PAYSTACK_API_KEY_ARN", "PAYHOOK_PAYSTACK_API_KEY", false),

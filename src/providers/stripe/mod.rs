@@ -15,6 +15,7 @@
 //!   of that refund (credited back if it was applied, voided if not).
 
 mod disputes;
+pub mod eventbridge;
 pub mod transfers;
 
 use http::HeaderMap;
@@ -68,9 +69,14 @@ pub const DEF: ProviderDef = ProviderDef {
             "PAYHOOK_STRIPE_API_KEY_ARN",
             "reconciliation and payouts: Secrets Manager secret (name or ARN) holding PAYHOOK_STRIPE_API_KEY (AWSCURRENT), read at run time; set instead of PAYHOOK_STRIPE_API_KEY in AWS",
         ),
+        (
+            eventbridge::SOURCE_VAR,
+            "the Stripe partner event source (aws.partner/stripe.com/…) whose events, delivered by Amazon EventBridge, are accepted like its webhooks; blank: that door is off",
+        ),
     ],
     build,
     source_ips: "PAYHOOK_STRIPE_SOURCE_IPS",
+    event_source: Some(eventbridge::EVENT_SOURCE),
     secret_arns: &[
         ("PAYHOOK_STRIPE_SECRETS_ARN", "PAYHOOK_STRIPE_SECRETS", true),
         ("PAYHOOK_STRIPE_API_KEY_ARN", "PAYHOOK_STRIPE_API_KEY", false),
@@ -111,6 +117,16 @@ pub struct Stripe {
 }
 
 impl Stripe {
+    /// An adapter that maps events and verifies nothing (no secret): the EventBridge door's,
+    /// where AWS authenticated the partner source.
+    pub fn mapper(account_key: &str) -> Self {
+        Stripe {
+            secrets: Vec::new(),
+            tolerance_s: 0,
+            account_key: account_key.to_owned(),
+        }
+    }
+
     /// `value` is the space-separated env value; each secret must look like an endpoint secret
     /// (`whsec_…`), so a pasted API key (`sk_…`) is refused at start-up instead of failing every
     /// delivery.

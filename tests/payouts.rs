@@ -29,7 +29,12 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "payout-token-for-the-tests-0123456789";
 const OTHER_TOKEN: &str = "another-callers-payout-token-987654321";
+/// Short, so the crash tests' takeovers come quickly.
 const LEASE_MS: i64 = 300;
+/// Longer than any attempt here takes, for tests about duplicates meeting a claim in flight
+/// (a 300 ms lease can expire mid-attempt on two loaded cores, and is below the store clock's
+/// one-second resolution, so a duplicate would take the claim over instead).
+const LONG_LEASE_MS: i64 = 30_000;
 
 /// How the fake answers a new transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,12 +124,16 @@ async fn fake_transfers() -> (String, Shared) {
 }
 
 fn payout_config(api_url: &str) -> Config {
+    payout_config_with_lease(api_url, LEASE_MS)
+}
+
+fn payout_config_with_lease(api_url: &str, lease_ms: i64) -> Config {
     let api_url = api_url.to_owned();
     Config::from_lookup(move |name| match name {
         "PAYHOOK_GENERIC_SECRETS" => Some(SECRET.to_owned()),
         "PAYHOOK_GENERIC_API_URL" => Some(api_url.clone()),
         "PAYHOOK_GENERIC_API_KEY" => Some("k_test".into()),
-        "PAYHOOK_LEASE_MS" => Some(LEASE_MS.to_string()),
+        "PAYHOOK_LEASE_MS" => Some(lease_ms.to_string()),
         "PAYHOOK_PROVIDER_TIMEOUT_MS" => Some("300".into()),
         "PAYHOOK_PAYOUT_MAX_MINOR" => Some("1000000".into()),
         _ => None,
@@ -133,7 +142,15 @@ fn payout_config(api_url: &str) -> Config {
 }
 
 fn payout_app(store: DynamoStore, api_url: &str) -> Arc<App<DynamoStore>> {
-    let config = payout_config(api_url);
+    payout_app_with_lease(store, api_url, LEASE_MS)
+}
+
+fn payout_app_with_lease(
+    store: DynamoStore,
+    api_url: &str,
+    lease_ms: i64,
+) -> Arc<App<DynamoStore>> {
+    let config = payout_config_with_lease(api_url, lease_ms);
     let mut app = payhook::runtime::build_app(&config, store);
     let a = Arc::get_mut(&mut app).unwrap();
     a.metrics = payhook::metrics::MetricsSink::Off;
@@ -301,7 +318,8 @@ async fn fifty_concurrent_payouts_against_one_thousand_reserve_exactly_ten() {
 async fn one_key_sent_twenty_times_at_once_makes_one_transfer() {
     let store = store("payouts_one_key").await;
     let (url, fake) = fake_transfers().await;
-    let app = payout_app(store.clone(), &url);
+    // A lease no attempt outlives: every duplicate meets the claim in flight (409) or done.
+    let app = payout_app_with_lease(store.clone(), &url, LONG_LEASE_MS);
     fund(&app, "wallet_2", 1_000, "pay_fund2").await;
     let tasks = (0..20).map(|_| {
         let app = app.clone();
@@ -344,6 +362,47 @@ async fn one_key_sent_twenty_times_at_once_makes_one_transfer() {
     );
     assert_eq!(again.body["status"], "sent");
     assert_eq!(posts(&fake), 1);
+}
+
+#[tokio::test]
+async fn one_key_twenty_times_with_leases_expiring_mid_attempt_still_makes_one_transfer() {
+    // GIVEN a lease (300 ms) shorter than an attempt takes under twenty-way contention, so
+    // duplicates take the claim over from attempts still running
+    let store = store("payouts_one_key_takeover").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_2t", 1_000, "pay_fund2t").await;
+    // WHEN one key is sent twenty times at once
+    let tasks = (0..20).map(|_| {
+        let app = app.clone();
+        tokio::spawn(async move {
+            pay(
+                &app,
+                payout_request("same-key-t", &payout_body("wallet_2t", 300), Some(TOKEN)),
+            )
+            .await
+        })
+    });
+    let answers: Vec<PayoutResp> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    // THEN whoever held the claim, the money moved once: one transfer, one reservation
+    assert!(
+        answers.iter().all(|a| matches!(a.status, 201 | 409)),
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert_eq!(posts(&fake), 1);
+    assert_eq!(balance(&store, "wallet_2t").await, 700);
+    // AND every answer that names the payout names the same one
+    let payouts: std::collections::BTreeSet<String> = answers
+        .iter()
+        .filter(|a| a.status == 201)
+        .map(|a| a.body["payout"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(payouts.len(), 1, "{payouts:?}");
 }
 
 #[tokio::test]

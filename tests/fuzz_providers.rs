@@ -2,14 +2,18 @@
 //! - arbitrary bytes and headers never make `verify` or `normalise` panic;
 //! - whatever verifies was signed with a configured secret: a signed random body verifies, and
 //!   the same body with any one byte changed does not;
+//! - an Adyen item verifies with the signature its key gives it, and not once any one signed
+//!   field changes; splitting arbitrary bytes into a batch never panics;
 //! - Flutterwave's decimal amounts convert to exactly the minor units their digits say.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use payhook::domain::EventKind;
+use payhook::providers::adyen::Adyen;
 use payhook::providers::flutterwave::{Flutterwave, ReferenceField};
 use payhook::providers::generic::{Generic, StandardWebhooks};
 use payhook::providers::paystack::Paystack;
+use payhook::providers::razorpay::Razorpay;
 use payhook::providers::stripe::Stripe;
 use payhook::providers::Provider;
 use proptest::prelude::*;
@@ -41,12 +45,24 @@ fn generic() -> Generic {
     }
 }
 
+fn adyen() -> Adyen {
+    Adyen::new(
+        "0F1E2D3C4B5A69788796A5B4C3D2E1F00F1E2D3C4B5A69788796A5B4C3D2E1F0 A1B2",
+        None,
+        "account",
+        false,
+    )
+    .unwrap()
+}
+
 fn adapters() -> Vec<Box<dyn Provider>> {
     vec![
         Box::new(stripe()),
         Box::new(paystack()),
         Box::new(flutterwave()),
         Box::new(generic()),
+        Box::new(Razorpay::from_env_value("fuzz-razorpay-secret", "account").unwrap()),
+        Box::new(adyen()),
     ]
 }
 
@@ -124,7 +140,35 @@ proptest! {
         for a in adapters() {
             let _ = a.verify(&headers, &body, now);
             let _ = a.normalise(&body);
+            let _ = a.batch(&body);
         }
+    }
+
+    #[test]
+    fn adyen_items_verify_and_any_changed_signed_field_does_not(
+        psp in "[A-Z0-9]{16}",
+        merchant in "\\PC{0,40}",
+        value in 0i64..1_000_000_000_000,
+        code in prop_oneof![Just("AUTHORISATION"), Just("REFUND"), Just("CHARGEBACK")],
+        success in any::<bool>(),
+        field in 0usize..6,
+    ) {
+        let a = adyen();
+        let mut item = serde_json::json!({"amount": {"currency": "EUR", "value": value},
+            "eventCode": code, "merchantAccountCode": "FuzzECOM", "merchantReference": merchant,
+            "pspReference": psp, "success": success.to_string(), "additionalData": {}});
+        item["additionalData"]["hmacSignature"] = serde_json::Value::from(a.sign_item(&item));
+        prop_assert_eq!(a.verify(&HeaderMap::new(), item.to_string().as_bytes(), NOW), Ok(()));
+        let mut changed = item.clone();
+        match field {
+            0 => changed["pspReference"] = format!("{psp}X").into(),
+            1 => changed["merchantReference"] = format!("{merchant}x").into(),
+            2 => changed["amount"]["value"] = (value + 1).into(),
+            3 => changed["amount"]["currency"] = "USD".into(),
+            4 => changed["success"] = (!success).to_string().into(),
+            _ => changed["originalReference"] = "ORIGINAL".into(),
+        }
+        prop_assert!(a.verify(&HeaderMap::new(), changed.to_string().as_bytes(), NOW).is_err());
     }
 
     #[test]

@@ -212,7 +212,7 @@ fn local_only(description: &str) -> bool {
 /// Secrets by name: provider signing secrets and provider API keys (not `*_ACCOUNT_KEY`,
 /// which names a metadata field).
 fn is_secret(var: &str) -> bool {
-    var.ends_with("_SECRETS") || var.ends_with("_API_KEY")
+    var.ends_with("_SECRETS") || var.ends_with("_API_KEY") || var.ends_with("_BASIC_AUTH")
 }
 
 fn binary_of(function: &Value) -> &str {

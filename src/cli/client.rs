@@ -87,6 +87,17 @@ pub fn resign_file(path: &Path, config: &Config) -> Result<Value, CliError> {
         event_id,
     } = Sample::read(path)?;
     let event_id = event_id.unwrap_or_else(|| "msg_sample".to_owned());
+    // Signatures inside the body (Adyen's items) first, then the headers over that body.
+    let body = match config.providers().0.get(provider) {
+        Some(adapter) => adapter
+            .sign_body(body.as_bytes())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or(body),
+        None => body,
+    };
+    if let Some(map) = event.as_object_mut() {
+        map.insert("body".into(), Value::String(body.clone()));
+    }
     let headers = sign_headers(
         provider,
         config,

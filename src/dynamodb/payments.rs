@@ -703,6 +703,26 @@ impl Payments for DynamoStore {
         Ok(ReversalOutcome::Contended)
     }
 
+    async fn bound_reference(
+        &self,
+        provider: ProviderId,
+        transaction_id: &str,
+    ) -> Result<Option<Reference>, StoreError> {
+        let table = &self.tables.payments;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(format!("{provider}:txn:{transaction_id}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        out.item
+            .map(|i| Reader::new(&i, table).parsed("reference", Reference::parse))
+            .transpose()
+    }
+
     async fn bind_reference(
         &self,
         provider: ProviderId,

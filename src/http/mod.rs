@@ -164,6 +164,11 @@ async fn webhook<S: Store>(
             ),
         );
     };
+    if let Some(items) = adapter.batch(&bytes) {
+        return ctx
+            .batch(adapter, &parts.headers, items, received_at_ms, lease)
+            .await;
+    }
     match ctx.verified_event(adapter, &parts.headers, &bytes, received_at_ms) {
         Ok(event) => ctx.process(&event, &bytes, received_at_ms, lease).await,
         Err(rejected) => *rejected,
@@ -203,6 +208,67 @@ impl<S: Store> Ctx<'_, S> {
             self.request_id.as_deref(),
         );
         response
+    }
+
+    /// A batch (Adyen): each item verified, mapped and processed on its own. `[accepted]` once
+    /// every verified item is decided; 500 (the sender retries the batch, and only what is
+    /// missing applies) when one could not be; 401 when no item verifies. A forged item is
+    /// refused alone: nothing is written for it, the rest are processed.
+    async fn batch(
+        &self,
+        adapter: &dyn crate::providers::Provider,
+        headers: &HeaderMap,
+        items: Result<Vec<Vec<u8>>, crate::providers::PayloadError>,
+        received_at_ms: i64,
+        lease_ms: i64,
+    ) -> Response {
+        let items = match items {
+            Ok(items) => items,
+            Err(e) => return self.reject(Rejection::Payload, bad_payload(&e)),
+        };
+        let (mut verified, mut forged, mut undecided) = (0, 0, 0);
+        for item in &items {
+            match self.verified_event(adapter, headers, item, received_at_ms) {
+                Ok(event) => {
+                    verified += 1;
+                    let res = self.process(&event, item, received_at_ms, lease_ms).await;
+                    let status = res.status();
+                    if status.is_server_error() || status == StatusCode::CONFLICT {
+                        undecided += 1;
+                    }
+                }
+                Err(rejected) if rejected.status() == StatusCode::UNAUTHORIZED => forged += 1,
+                // A verified item that does not map: refused for good (400 logged), not retried.
+                Err(_) => verified += 1,
+            }
+        }
+        if verified == 0 && forged > 0 {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_signature",
+                "no item of the batch verifies",
+            );
+        }
+        if forged > 0 {
+            tracing::warn!(request_id = self.rid(), provider = %self.provider, forged, verified,
+                "forged items refused; the rest of the batch processed");
+        }
+        if undecided > 0 {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "retry",
+                format!(
+                    "{undecided} of {} items could not be decided; retry the batch",
+                    items.len()
+                ),
+            );
+        }
+        (
+            StatusCode::OK,
+            [("content-type", "text/plain")],
+            "[accepted]",
+        )
+            .into_response()
     }
 
     /// The signature checked on the raw bytes, then the payload mapped; a refusal is answered.

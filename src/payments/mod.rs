@@ -459,6 +459,14 @@ pub trait Payments: Sync {
         facts: &RefundFacts,
         refund_key: &IdempotencyKey,
     ) -> impl Future<Output = Result<ReversalOutcome, StoreError>> + Send;
+    /// The payment reference a provider transaction id is bound to, if it is bound (a consistent
+    /// read): how a refund or dispute naming the transaction finds its payment without binding
+    /// the transaction itself.
+    fn bound_reference(
+        &self,
+        provider: ProviderId,
+        transaction_id: &str,
+    ) -> impl Future<Output = Result<Option<Reference>, StoreError>> + Send;
     /// Binds a provider transaction id to the payment reference first chosen for it, and returns
     /// that reference: one conditional put, so the first choice stands forever.
     fn bind_reference(

@@ -312,10 +312,22 @@ impl<S: Store> Pipeline<S> {
     async fn bind(&self, ev: &NormalisedEvent) -> Result<Option<NormalisedEvent>, PipelineError> {
         let mut out = None;
         if let (Some(txn), Some(reference)) = (ev.transaction_id.as_deref(), ev.reference()) {
-            let bound = self
-                .store
-                .bind_reference(ev.provider, txn, reference)
-                .await?;
+            // Only an event about the payment itself binds its transaction: a refund or dispute
+            // that arrives first must not bind the transaction to itself (its payment would then
+            // be keyed by it); it looks the binding up, and stays parked until the payment binds.
+            let bound = if matches!(
+                ev.kind,
+                EventKind::PaymentSucceeded(_) | EventKind::PaymentState { .. }
+            ) {
+                self.store
+                    .bind_reference(ev.provider, txn, reference)
+                    .await?
+            } else {
+                self.store
+                    .bound_reference(ev.provider, txn)
+                    .await?
+                    .unwrap_or_else(|| reference.clone())
+            };
             if &bound != reference {
                 tracing::info!(transaction = txn, reference = %bound, "transaction bound to its first reference");
                 out = Some(ev.clone().with_payment_reference(bound));

@@ -6,6 +6,7 @@
 //! asked about a payment and how that answer is read (reconciliation). Each exports a
 //! [`ProviderDef`] and is listed once in [`REGISTRY`]; the rest of the code iterates the registry.
 
+pub mod adyen;
 pub mod flutterwave;
 pub mod generic;
 pub mod json;
@@ -73,6 +74,21 @@ pub trait Provider: Send + Sync {
 
     /// Maps a verified (or stored, for replay) body to a normalised event.
     fn normalise(&self, body: &[u8]) -> Result<NormalisedEvent, PayloadError>;
+
+    /// A provider whose signatures sit inside the body (Adyen's items) returns the body signed
+    /// afresh (`payhook sign`, samples, tests); `None`: signatures are headers only ([`sign`]).
+    ///
+    /// [`sign`]: Provider::sign
+    fn sign_body(&self, _body: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// A provider that sends several events in one request (Adyen) splits the body into its
+    /// items here; each item is then verified, mapped, claimed and logged on its own. `None`:
+    /// one event per request.
+    fn batch(&self, _body: &[u8]) -> Option<Result<Vec<Vec<u8>>, PayloadError>> {
+        None
+    }
 
     /// The path (under the provider's API base URL) that tells the truth about one payment.
     fn api_path(&self, reference: &Reference) -> String;
@@ -347,6 +363,7 @@ pub const REGISTRY: &[ProviderDef] = &[
     paystack::DEF,
     flutterwave::DEF,
     razorpay::DEF,
+    adyen::DEF,
 ];
 
 /// The provider's definition.

@@ -1,0 +1,307 @@
+//! Adyen batches through the real router and pipeline against dynalite: each item its own
+//! movement; `[accepted]` only when every verified item is decided, so a batch with an item
+//! that could not be decided is retried and the retry applies only what is missing; a forged
+//! item is refused alone; a batch with no verifiable item is 401; concurrent redeliveries of a
+//! batch move money once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::Request;
+use common::{counts, send, store};
+use payhook::cli::client::resign_file;
+use payhook::config::Config;
+use payhook::domain::{AccountId, Currency, Money, ProviderId, Reference};
+use payhook::dynamodb::DynamoStore;
+use payhook::http::App;
+use payhook::ledger::Ledger;
+use payhook::payments::{ExpectedPayment, Payments};
+use payhook::providers::adyen::Adyen;
+use payhook::providers::Provider;
+use serde_json::{json, Value};
+
+const KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+const OLD_KEY: &str = "66B61474A0AA3736BA8789EDC6D6CD9EBA0C4F414A554E32A407F849C045C69D";
+const WRONG_KEY: &str = "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF";
+const BASIC: &str = "adyen-notifier:correct-horse-battery";
+
+fn app(store: DynamoStore) -> Arc<App<DynamoStore>> {
+    let config = Config::from_lookup(|n| match n {
+        "PAYHOOK_ADYEN_SECRETS" => Some(format!("{KEY} {OLD_KEY}")),
+        _ => None,
+    })
+    .unwrap();
+    let mut app = payhook::runtime::build_app(&config, store);
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
+    app
+}
+
+/// One item, signed with `key`.
+fn item(
+    key: &str,
+    code: &str,
+    psp: &str,
+    merchant_ref: &str,
+    original: Option<&str>,
+    value: i64,
+) -> Value {
+    let mut item = json!({"amount": {"currency": "EUR", "value": value}, "eventCode": code,
+        "eventDate": "2026-12-03T10:00:00+01:00", "merchantAccountCode": "AcmeECOM",
+        "merchantReference": merchant_ref, "pspReference": psp, "success": "true",
+        "additionalData": {}});
+    if let Some(o) = original {
+        item["originalReference"] = Value::from(o);
+    }
+    let signer = Adyen::new(key, None, "account", false).unwrap();
+    item["additionalData"]["hmacSignature"] = Value::from(signer.sign_item(&item));
+    item
+}
+
+fn batch(items: &[Value]) -> Request<Body> {
+    let body = json!({"live": "false", "notificationItems": items.iter()
+        .map(|i| json!({"NotificationRequestItem": i})).collect::<Vec<_>>()});
+    Request::post("/webhooks/adyen")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn expect(store: &DynamoStore, reference: &str, account: &str, value: i64) {
+    store
+        .register(&ExpectedPayment {
+            provider: ProviderId::ADYEN,
+            reference: Reference::parse(reference).unwrap(),
+            account: AccountId::parse(account).unwrap(),
+            money: Money::new(value, Currency::parse("EUR").unwrap()).unwrap(),
+        })
+        .await
+        .unwrap();
+}
+
+async fn eur(store: &DynamoStore, account: &str) -> (i64, u64) {
+    let b = store
+        .balance(&AccountId::parse(account).unwrap())
+        .await
+        .unwrap();
+    (
+        b.balances
+            .get(&Currency::parse("EUR").unwrap())
+            .copied()
+            .unwrap_or(0),
+        b.entries,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applies_each_item_once_and_a_retry_only_what_is_missing() {
+    // GIVEN two payments registered under their merchant references
+    let store = store("adyen_batch").await;
+    let app = app(store.clone());
+    expect(&store, "order-1", "wallet_a", 10_000).await;
+    expect(&store, "order-2", "wallet_a", 5_000).await;
+    let pay1 = item(KEY, "AUTHORISATION", "PSP_A1", "order-1", None, 10_000);
+    let pay2 = item(OLD_KEY, "AUTHORISATION", "PSP_A2", "order-2", None, 5_000);
+    // A refund of order-2 that names it by its pspReference, in a batch before its payment.
+    let refund2 = item(KEY, "REFUND", "PSP_R2", "order-2", Some("PSP_A2"), 2_000);
+    // WHEN the first batch holds order-1's payment and order-2's refund (not payable yet)
+    let first = send(&app, batch(&[pay1.clone(), refund2.clone()])).await;
+    // THEN Adyen is told to retry (the refund is parked), and order-1 is credited
+    assert_eq!(first.status, 500, "{}", first.body);
+    assert_eq!(eur(&store, "wallet_a").await, (10_000, 1));
+    // WHEN order-2's payment arrives, then Adyen retries the first batch
+    let second = send(&app, batch(&[pay2])).await;
+    assert_eq!((second.status, second.body.as_str()), (200, "[accepted]"));
+    let retry = send(&app, batch(&[pay1, refund2])).await;
+    // THEN the retry applies only the refund (the payment replays), and answers [accepted]
+    assert_eq!((retry.status, retry.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_a").await, (10_000 + 5_000 - 2_000, 3));
+}
+
+#[tokio::test]
+async fn a_forged_item_is_refused_alone_and_a_batch_of_forgeries_is_401() {
+    let store = store("adyen_forged").await;
+    let app = app(store.clone());
+    expect(&store, "order-9", "wallet_f", 700).await;
+    let good = item(KEY, "AUTHORISATION", "PSP_F1", "order-9", None, 700);
+    let mut forged = item(KEY, "AUTHORISATION", "PSP_F2", "order-9", None, 700);
+    // Someone holding a signed item changes the amount: the signature no longer matches.
+    forged["amount"]["value"] = Value::from(70_000);
+    forged["merchantReference"] = Value::from("order-10");
+    let r = send(&app, batch(&[forged.clone(), good])).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_f").await, (700, 1));
+    let before = counts(&store).await;
+    let wrong = item(WRONG_KEY, "AUTHORISATION", "PSP_F3", "order-9", None, 700);
+    let r = send(&app, batch(&[forged, wrong])).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(
+        counts(&store).await,
+        before,
+        "a refused batch writes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_redeliveries_of_a_batch_move_money_once() {
+    let store = store("adyen_concurrent").await;
+    let app = app(store.clone());
+    expect(&store, "order-c", "wallet_c", 1_234).await;
+    let items = [
+        item(KEY, "AUTHORISATION", "PSP_C1", "order-c", None, 1_234),
+        item(KEY, "CHARGEBACK", "PSP_CB1", "order-c", Some("PSP_C1"), 234),
+    ];
+    let tasks = (0..8).map(|_| {
+        let (app, req) = (app.clone(), batch(&items));
+        tokio::spawn(async move { send(&app, req).await.status })
+    });
+    let statuses: Vec<u16> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 500)),
+        "{statuses:?}"
+    );
+    // Whatever was in flight is decided by a last redelivery.
+    let last = send(&app, batch(&items)).await;
+    assert_eq!((last.status, last.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_c").await, (1_000, 2));
+}
+
+#[tokio::test]
+async fn without_a_registered_payment_or_basic_auth_a_credit_is_unassigned() {
+    let store = store("adyen_unassigned").await;
+    let app = app(store.clone());
+    let mut it = item(KEY, "AUTHORISATION", "PSP_U1", "order-u", None, 900);
+    // Metadata is not signed: without basic auth it never names the account.
+    it["additionalData"]["metadata.account"] = Value::from("wallet_thief");
+    let r = send(&app, batch(&[it])).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_thief").await, (0, 0));
+}
+
+/// The configuration with basic auth on: the request as a whole is authenticated, so an item's
+/// `metadata.account` may name the account.
+fn authed_config() -> Config {
+    Config::from_lookup(|n| match n {
+        "PAYHOOK_ADYEN_SECRETS" => Some(format!("{KEY} {OLD_KEY}")),
+        "PAYHOOK_ADYEN_BASIC_AUTH" => Some(BASIC.to_owned()),
+        _ => None,
+    })
+    .unwrap()
+}
+
+/// The request an API Gateway v2 event describes.
+fn request(event: &Value) -> Request<Body> {
+    let mut req = Request::post(event["rawPath"].as_str().unwrap());
+    for (k, v) in event["headers"].as_object().unwrap() {
+        req = req.header(k.as_str(), v.as_str().unwrap());
+    }
+    req.body(Body::from(event["body"].as_str().unwrap().to_owned()))
+        .unwrap()
+}
+
+fn basic(credentials: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(credentials)
+    )
+}
+
+#[tokio::test]
+async fn every_sample_applies_once_and_its_forged_twins_write_nothing() {
+    // GIVEN the webhook function with basic auth and two HMAC keys, as a rotation leaves it
+    let store = store("adyen_samples").await;
+    let config = authed_config();
+    let mut app = payhook::runtime::build_app(&config, store.clone());
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("events/adyen");
+    let order = [
+        "authorisation.json",
+        "refund.json",
+        "refund_failed.json",
+        "chargeback.json",
+        "chargeback_reversed.json",
+        "authorisation_refused.json",
+        "cancellation.json",
+        "batch_authorisation_and_refund.json",
+    ];
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    let mut listed: Vec<String> = order.iter().map(|f| (*f).to_owned()).collect();
+    listed.sort();
+    assert_eq!(files, listed, "every sample in events/adyen is exercised");
+    let forger = Adyen::new(WRONG_KEY, Some(BASIC), "account", false).unwrap();
+    for round in 0..2 {
+        for file in order {
+            // WHEN each sample is re-signed as `payhook sign` does
+            let event = resign_file(&dir.join(file), &config).unwrap();
+            let body = event["body"].as_str().unwrap();
+            // THEN its items signed with a key that is not ours, and the request with the
+            // wrong basic auth, are refused and write nothing
+            let mut forged = event.clone();
+            forged["body"] = Value::String(
+                String::from_utf8(forger.sign_body(body.as_bytes()).unwrap()).unwrap(),
+            );
+            let mut wrong_auth = event.clone();
+            wrong_auth["headers"]["authorization"] = Value::from(basic("adyen-notifier:guess"));
+            let mut no_auth = event.clone();
+            no_auth["headers"]
+                .as_object_mut()
+                .unwrap()
+                .remove("authorization");
+            let before = counts(&store).await;
+            for (what, twin) in [
+                ("forged", forged),
+                ("wrong auth", wrong_auth),
+                ("no auth", no_auth),
+            ] {
+                let r = send(&app, request(&twin)).await;
+                assert_eq!(r.status, 401, "{what} {file}: {}", r.body);
+            }
+            assert_eq!(counts(&store).await, before, "{file}: a refused twin wrote");
+            // AND the sample itself is accepted, the second round as a redelivery
+            let r = send(&app, request(&event)).await;
+            assert_eq!(
+                (r.status, r.body.as_str()),
+                (200, "[accepted]"),
+                "round {round} {file}"
+            );
+        }
+        // THEN the balance is each movement once: +10,000 -2,500 +2,500 (refund failed)
+        // -10,000 +10,000 (chargeback reversed) +4,000 -1,500; redelivering all moves nothing
+        assert_eq!(eur(&store, "wallet_42").await, (12_500, 7), "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn with_basic_auth_the_metadata_names_the_account_and_a_request_without_it_is_401() {
+    let store = store("adyen_basic").await;
+    let mut app = payhook::runtime::build_app(&authed_config(), store.clone());
+    Arc::get_mut(&mut app).unwrap().metrics = payhook::metrics::MetricsSink::Off;
+    let mut it = item(KEY, "AUTHORISATION", "PSP_B1", "order-b", None, 3_300);
+    it["additionalData"]["metadata.account"] = Value::from("wallet_b");
+    // Re-signed: the metadata is not among the signed fields, so the signature still holds.
+    it["additionalData"]["hmacSignature"] = Value::from(
+        Adyen::new(KEY, None, "account", false)
+            .unwrap()
+            .sign_item(&it),
+    );
+    let r = send(&app, batch(&[it.clone()])).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(eur(&store, "wallet_b").await, (0, 0));
+    let mut req = batch(&[it]);
+    req.headers_mut()
+        .insert("authorization", basic(BASIC).parse().unwrap());
+    let r = send(&app, req).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_b").await, (3_300, 1));
+}

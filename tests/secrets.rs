@@ -91,6 +91,17 @@ struct Server {
 
 impl Server {
     async fn start(store: &DynamoStore, sm_endpoint: &str, secret_id: &str, name: &str) -> Server {
+        Self::start_refreshing(store, sm_endpoint, secret_id, name, 1).await
+    }
+
+    /// The same, reading the secrets again every `refresh_s`.
+    async fn start_refreshing(
+        store: &DynamoStore,
+        sm_endpoint: &str,
+        secret_id: &str,
+        name: &str,
+        refresh_s: u64,
+    ) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -101,7 +112,7 @@ impl Server {
             .env_remove("PAYHOOK_GENERIC_SECRETS")
             .env("PAYHOOK_GENERIC_SECRETS_ARN", secret_id)
             .env("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm_endpoint)
-            .env("PAYHOOK_SECRETS_REFRESH_S", "1")
+            .env("PAYHOOK_SECRETS_REFRESH_S", refresh_s.to_string())
             .env(
                 "RUST_LOG",
                 "debug,aws_smithy_runtime=trace,aws_sdk_secretsmanager=trace,hyper=info",
@@ -283,5 +294,43 @@ async fn secrets_manager_down_at_start_up_answers_503_never_open() {
         counts(&store).await,
         before,
         "a refused delivery writes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_no_known_secret_verifies_reads_them_again_at_once_and_rate_limited() {
+    let store = store("secrets_forced").await;
+    let moto = Moto::start();
+    let sm = moto.client();
+    // GIVEN a server whose interval refresh is an hour away
+    sm.create_secret()
+        .name("payhook/generic")
+        .secret_string(SECRET)
+        .send()
+        .await
+        .unwrap();
+    let server =
+        Server::start_refreshing(&store, &moto.endpoint, "payhook/generic", "forced", 3_600).await;
+    assert_eq!(server.deliver(SECRET, "1").await, 200);
+    // WHEN the rotation puts a new secret in AWSPENDING and the sender signs with it at once
+    sm.put_secret_value()
+        .secret_id("payhook/generic")
+        .secret_string(OTHER_SECRET)
+        .version_stages("AWSPENDING")
+        .send()
+        .await
+        .unwrap();
+    // THEN the first delivery signed with it is verified after one forced read, not refused
+    assert_eq!(server.deliver(OTHER_SECRET, "2").await, 200);
+    // AND forged deliveries right after it force no further read (at most one per 30 s)
+    let forged = "whsec_Zm9yZ2VyLW9mLXBheWhvb2stc2lnbmF0dXJlcw==";
+    assert_eq!(server.deliver(forged, "3").await, 401);
+    assert_eq!(server.deliver(forged, "4").await, 401);
+    assert_eq!(server.deliver(SECRET, "5").await, 200);
+    let log = server.stop();
+    assert_eq!(
+        log.matches("provider secrets read again").count(),
+        1,
+        "one forced read, then rate-limited"
     );
 }

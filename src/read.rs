@@ -216,6 +216,55 @@ pub async fn deliveries<S: EventLog>(
     })
 }
 
+/// One delivery by its id, with its body. The id begins with its arrival time (13 digits of
+/// epoch ms), so the time index finds it within the millisecond it names: no scan, no second
+/// index.
+pub async fn delivery<S: EventLog>(store: &S, id: &str) -> Result<DeliveryView, ReadError> {
+    let at_ms: i64 = id
+        .get(..13)
+        .filter(|_| id.as_bytes().get(13) == Some(&b'-'))
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| ReadError::invalid("delivery", "is not a delivery id"))?;
+    let filter = LogFilter {
+        since_ms: Some(at_ms),
+        until_ms: Some(at_ms + 1),
+        ..LogFilter::default()
+    };
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.query(&filter, MAX_PAGE, cursor.as_deref()).await?;
+        if let Some(d) = page.deliveries.into_iter().find(|d| d.id.as_str() == id) {
+            return Ok(DeliveryView::of(store.with_body(&d).await?, true));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => {
+                return Err(ReadError::NotFound {
+                    what: format!("delivery {id}"),
+                })
+            }
+        }
+    }
+}
+
+/// Payments still PENDING or PROCESSING and untouched since `before_ms`, oldest first: the ones
+/// reconciliation asks the provider about (at most `limit` of each status).
+pub async fn open_payments<S: Payments>(
+    store: &S,
+    before_ms: i64,
+    limit: usize,
+) -> Result<Vec<PaymentRecord>, ReadError> {
+    let mut open = Vec::new();
+    for status in [
+        crate::domain::PaymentStatus::Pending,
+        crate::domain::PaymentStatus::Processing,
+    ] {
+        open.extend(store.open_payments(status, before_ms, limit).await?);
+    }
+    open.sort_by_key(|p| p.updated_at_ms);
+    Ok(open)
+}
+
 /// The opaque page cursor: the last delivery id of a page (exclusive bound of the next),
 /// base64url-encoded and versioned so its form can change without breaking old pages silently.
 pub struct Cursor;

@@ -35,11 +35,12 @@
 //! - [`audit`]: one structured line per operator action (who, what, when, how it ended).
 //! - [`config`]: environment, read once.
 //! - [`cli`]: the `payhook` command line.
+//! - [`console`]: `payhook console`, the operator's web UI over the read layer (and replay).
 //!
 //! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
 //! checks it): `domain`, `store` → `idempotency`, `payments`, `payouts`, `ledger`, `eventlog`,
 //! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http`, `secrets` →
-//! `config`, `runtime`, `cli`.
+//! `config`, `runtime`, `cli`, `console`.
 //!
 //! # The idempotency protocol
 //!
@@ -83,6 +84,7 @@
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod dynamodb;
 pub mod eventlog;

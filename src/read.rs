@@ -220,6 +220,12 @@ pub async fn deliveries<S: EventLog>(
 /// epoch ms), so the time index finds it within the millisecond it names: no scan, no second
 /// index.
 pub async fn delivery<S: EventLog>(store: &S, id: &str) -> Result<DeliveryView, ReadError> {
+    let d = find_delivery(store, id).await?;
+    Ok(DeliveryView::of(store.with_body(&d).await?, true))
+}
+
+/// The stored delivery behind [`delivery`] (what replay re-drives), as listed (no body).
+pub async fn find_delivery<S: EventLog>(store: &S, id: &str) -> Result<Delivery, ReadError> {
     let at_ms: i64 = id
         .get(..13)
         .filter(|_| id.as_bytes().get(13) == Some(&b'-'))
@@ -234,7 +240,7 @@ pub async fn delivery<S: EventLog>(store: &S, id: &str) -> Result<DeliveryView, 
     loop {
         let page = store.query(&filter, MAX_PAGE, cursor.as_deref()).await?;
         if let Some(d) = page.deliveries.into_iter().find(|d| d.id.as_str() == id) {
-            return Ok(DeliveryView::of(store.with_body(&d).await?, true));
+            return Ok(d);
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -263,6 +269,70 @@ pub async fn open_payments<S: Payments>(
     }
     open.sort_by_key(|p| p.updated_at_ms);
     Ok(open)
+}
+
+/// Money the webhooks moved, per UTC day and currency: (in, out) in minor units.
+pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
+
+/// Money moved by the applied deliveries received in `[since_ms, until_ms)`, read from their
+/// bodies through the providers' own mapping (the money facts each event carries): payments,
+/// refund reversals and dispute reinstatements in; refunds and dispute withdrawals out. At most
+/// `max_bodies` bodies are read; the flag says whether every applied delivery was counted.
+pub async fn money_moved<S: EventLog>(
+    store: &S,
+    providers: &crate::providers::Providers,
+    since_ms: i64,
+    until_ms: i64,
+    max_bodies: usize,
+) -> Result<(MoneyByDay, bool), ReadError> {
+    use crate::domain::{DisputeMovement, EventKind};
+    let filter = LogFilter {
+        since_ms: Some(since_ms),
+        until_ms: Some(until_ms),
+        ..LogFilter::default()
+    };
+    let mut out = MoneyByDay::new();
+    let (mut read, mut cursor) = (0usize, None::<String>);
+    loop {
+        let page = store.query(&filter, MAX_PAGE, cursor.as_deref()).await?;
+        for d in page
+            .deliveries
+            .iter()
+            .filter(|d| d.outcome == Outcome::Applied)
+        {
+            if read == max_bodies {
+                return Ok((out, false));
+            }
+            read += 1;
+            let Ok(event) = crate::replay::event_of(providers, &store.with_body(d).await?) else {
+                continue;
+            };
+            let (money, incoming) = match &event.kind {
+                EventKind::PaymentSucceeded(p) => (&p.money, true),
+                EventKind::RefundSucceeded(r) => (&r.money, false),
+                EventKind::RefundReversed(r) => (&r.money, true),
+                EventKind::Dispute { facts, movement } => {
+                    (&facts.money, *movement == DisputeMovement::Reinstatement)
+                }
+                _ => continue,
+            };
+            let key = (
+                crate::eventlog::utc_day(d.received_at_ms),
+                money.currency.as_str().to_owned(),
+            );
+            let entry = out.entry(key).or_default();
+            let amount = money.amount.get();
+            if incoming {
+                entry.0 = entry.0.saturating_add(amount);
+            } else {
+                entry.1 = entry.1.saturating_add(amount);
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok((out, true)),
+        }
+    }
 }
 
 /// The opaque page cursor: the last delivery id of a page (exclusive bound of the next),

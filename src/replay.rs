@@ -210,17 +210,8 @@ pub async fn replay<S: Store>(
         dry_run: opts.dry_run,
         ..Summary::default()
     };
-    let mut results = futures::stream::iter(selected.iter())
-        .map(|d| async move {
-            let r = if opts.dry_run {
-                predict(store, providers, d).await
-            } else {
-                redrive(pipeline, providers, d, &opts.started_by, opts.lease_ms)
-                    .await
-                    .map(|a| a.outcome.to_string())
-            };
-            (d.id.clone(), r)
-        })
+    let mut results = futures::stream::iter(selected)
+        .map(|d| replay_one(pipeline, providers, opts, d))
         .buffer_unordered(opts.concurrency.max(1));
     let mut done = 0;
     while let Some((id, r)) = results.next().await {
@@ -232,6 +223,24 @@ pub async fn replay<S: Store>(
         progress(done, total);
     }
     Ok(summary)
+}
+
+/// One delivery of a run: its prediction, or what re-driving it did. It owns its delivery (no
+/// borrow of the selection per item), so the run's future is `Send` for a server to await it.
+async fn replay_one<'a, S: Store>(
+    pipeline: &'a Pipeline<S>,
+    providers: &'a Providers,
+    opts: &'a ReplayOptions,
+    d: Delivery,
+) -> (crate::eventlog::DeliveryId, Result<String, ReplayError>) {
+    let r = if opts.dry_run {
+        predict(pipeline.store(), providers, &d).await
+    } else {
+        redrive(pipeline, providers, &d, &opts.started_by, opts.lease_ms)
+            .await
+            .map(|a| a.outcome.to_string())
+    };
+    (d.id.clone(), r)
 }
 
 #[cfg(test)]

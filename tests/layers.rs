@@ -31,7 +31,7 @@ const LAYERS: &[&[&str]] = &[
     // Adapters to the outside: DynamoDB, HTTP.
     &["dynamodb", "http", "secrets"],
     // Assembly: configuration, process start-up, the command line.
-    &["config", "runtime", "cli"],
+    &["config", "runtime", "cli", "console"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

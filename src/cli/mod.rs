@@ -122,6 +122,20 @@ pub enum Command {
     /// The capacity model: write/read units per delivery, hottest partition keys at 10,000
     /// deliveries/s and at 1,000 credits/s on one account, balance read cost, cost per million.
     Capacity(capacity::CapacityArgs),
+    /// The operator console: a web UI on a loopback address (prints its URL on stdout), over
+    /// the configured DynamoDB, or over a deployed stack's read API with `--api`.
+    Console {
+        /// A loopback address only (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:8025")]
+        addr: SocketAddr,
+        /// A deployed read API's URL: every read SigV4-signed with your AWS credentials; no
+        /// replay from there.
+        #[arg(long, value_name = "URL")]
+        api: Option<String>,
+        /// The read API's Region (default: the standard chain's, e.g. AWS_REGION).
+        #[arg(long)]
+        region: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -326,6 +340,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
         Command::Bench(args) => bench::run(args, config, store).await,
         Command::Capacity(args) => capacity::run(args, config, store).await,
+        Command::Console { addr, api, region } => console(addr, api, region, &config, store).await,
     }
 }
 
@@ -567,6 +582,52 @@ pub fn serve_read_access(
         (false, _) if addr.ip().is_loopback() => Ok(ReadAccess::Loopback),
         (false, _) => Ok(ReadAccess::Off),
     }
+}
+
+/// `payhook console`: binds a loopback address, prints the URL, serves until Ctrl-C.
+async fn console(
+    addr: SocketAddr,
+    api: Option<String>,
+    region: Option<String>,
+    config: &Config,
+    store: DynamoStore,
+) -> Result<(), CliError> {
+    if !addr.ip().is_loopback() {
+        return Err(CliError::Usage(format!(
+            "the console serves a loopback address only, not {addr}"
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    let base = |replay| crate::console::Console {
+        source: (),
+        replay,
+        csrf: uuid::Uuid::new_v4().simple().to_string(),
+        origin: origin.clone(),
+        lease_ms: config.lease_ms,
+        pending_after_ms: config.reconcile.pending_after_ms,
+        operator: format!("console:{user}"),
+    };
+    println!("{origin}/");
+    let done = match api {
+        Some(url) => {
+            let source = crate::console::source::ApiSource::new(&url, region)
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let c = base(None);
+            eprintln!("payhook console on {origin}/ reading {url} (SigV4)");
+            crate::console::serve(listener, c.with_source(source), shutdown()).await
+        }
+        None => {
+            let ops = crate::runtime::ops(config, store.clone())?;
+            let label = format!("DynamoDB tables {}", store.tables().payments);
+            let source = crate::console::source::StoreSource { store, label };
+            eprintln!("payhook console on {origin}/ reading the configured DynamoDB");
+            crate::console::serve(listener, base(Some(ops)).with_source(source), shutdown()).await
+        }
+    };
+    Ok(done?)
 }
 
 /// Serves the router on `addr` until Ctrl-C or SIGTERM, EMF lines to `metrics`.

@@ -2,6 +2,7 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB`), uniquely named tables per test, signed-request builders.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod console_seed;
 pub mod faults;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,606 @@
+//! `payhook console`: the operator's web UI, served by the same binary on a loopback address
+//! only. Every page has a stable URL (paste it into a ticket) and is rendered on the server from
+//! the read layer's views ([`source`]), from the configured DynamoDB or a deployed stack's read
+//! API (SigV4 with the operator's own credentials). No script runs in it: the chart is inline
+//! SVG, the one write action (replay) is a form whose dry run is shown before the confirm, and
+//! the Content-Security-Policy forbids scripts and every origin but its own.
+//!
+//! # Pages
+//!
+//! | URL | what |
+//! |---|---|
+//! | `/deliveries?provider&outcome&reference&event_id&since&until` | the log, newest first, counts per outcome for the window, paging by cursor |
+//! | `/deliveries/{id}` | one delivery: facts, answer, raw body, links |
+//! | `/payments/{provider}/{reference}` | state timeline, money, refunds, disputes, deliveries |
+//! | `/accounts/{account}` | balances per currency, entries with a running sum |
+//! | `/attention` | deliveries a human must act on (with the command), payments open too long |
+//! | `/traffic?window=hour\|day` | deliveries per bucket by outcome, duplicate share, money per day |
+//! | `POST /replay` | dry run (`step=preview`), then `step=confirm`: store source only |
+//!
+//! # Why a write is safe here
+//!
+//! A replay goes through the pipeline like any delivery (claims make a second confirm a replay,
+//! not a second movement), and a request that writes must carry the console's CSRF token and come
+//! from its own origin (`Origin`, else `Sec-Fetch-Site: same-origin`). Every request must name the
+//! console's own address in `Host`, so a page elsewhere cannot reach it by DNS rebinding.
+
+pub mod chart;
+pub mod html;
+pub mod pages;
+pub mod source;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::domain::{now_ms, AccountId, ProviderId, Reference};
+use crate::dynamodb::DynamoStore;
+use crate::eventlog::Outcome;
+use crate::read::{DeliveryQuery, MAX_PAGE};
+use crate::reconcile::invoke::Ops;
+use pages::Filter;
+use source::{Source, SourceError};
+
+/// The console's stylesheet (the only asset; shipped inside the binary).
+const CSS: &str = include_str!("console.css");
+
+/// No script, no frame, no other origin.
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// How many deliveries a page counts (outcome counts, traffic) before it says it stopped.
+pub const COUNT_CAP: usize = 20_000;
+/// How many bodies the traffic page reads for its money figures.
+pub const MONEY_BODIES: usize = 2_000;
+
+/// A running console.
+pub struct Console<S> {
+    pub source: S,
+    /// Replay's pipeline and providers: only with the store as source.
+    pub replay: Option<Ops<DynamoStore>>,
+    /// The token every form that writes carries (random per process).
+    pub csrf: String,
+    /// `http://127.0.0.1:PORT`: what `Origin` must say, and `Host` must name.
+    pub origin: String,
+    pub lease_ms: i64,
+    /// Open payments untouched longer than this need attention (reconciliation's threshold).
+    pub pending_after_ms: i64,
+    /// Who acts, for audit lines (`console:$USER`).
+    pub operator: String,
+}
+
+impl Console<()> {
+    /// The same console reading from `source`.
+    pub fn with_source<S: Source>(self, source: S) -> Console<S> {
+        Console {
+            source,
+            replay: self.replay,
+            csrf: self.csrf,
+            origin: self.origin,
+            lease_ms: self.lease_ms,
+            pending_after_ms: self.pending_after_ms,
+            operator: self.operator,
+        }
+    }
+}
+
+type Shared<S> = Arc<Console<S>>;
+
+/// The console's routes, with its security headers and `Host` check.
+pub fn router<S: Source>(console: Shared<S>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/deliveries") }))
+        .route("/assets/console.css", get(css))
+        .route("/deliveries", get(deliveries::<S>))
+        .route("/deliveries/{id}", get(delivery::<S>))
+        .route("/payments/{provider}/{reference}", get(payment::<S>))
+        .route("/accounts/{account}", get(account::<S>))
+        .route("/attention", get(attention::<S>))
+        .route("/traffic", get(traffic::<S>))
+        .route("/replay", post(replay::<S>))
+        .layer(middleware::from_fn_with_state(console.clone(), guard::<S>))
+        .with_state(console)
+}
+
+/// `Host` must be the console's own address; every answer gets the security headers.
+async fn guard<S: Source>(State(c): State<Shared<S>>, req: Request<Body>, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let own = c.origin.trim_start_matches("http://");
+    let mut res = if host == own {
+        next.run(req).await
+    } else {
+        tracing::warn!(
+            host,
+            "console request refused: not addressed to the console"
+        );
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            "this console answers only at its own address",
+        )
+            .into_response()
+    };
+    let h = res.headers_mut();
+    for (name, value) in [
+        ("content-security-policy", CSP),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        ("referrer-policy", "same-origin"),
+        ("cache-control", "no-store"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    res
+}
+
+async fn css() -> Response {
+    ([("content-type", "text/css; charset=utf-8")], CSS).into_response()
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    (status, [("content-type", "text/html; charset=utf-8")], body).into_response()
+}
+
+fn render<S: Source>(c: &Console<S>, title: &str, active: &str, body: &str) -> Response {
+    html(
+        StatusCode::OK,
+        html::page(title, active, &c.source.label(), body),
+    )
+}
+
+/// A page that could not be made, with why.
+fn failed<S: Source>(c: &Console<S>, e: &SourceError) -> Response {
+    let status = match e {
+        SourceError::NotFound(_) => StatusCode::NOT_FOUND,
+        SourceError::Invalid(_) => StatusCode::BAD_REQUEST,
+        SourceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let body = html::note("error", &e.to_string());
+    html(
+        status,
+        html::page("Not shown", "", &c.source.label(), &body),
+    )
+}
+
+/// The form's filter, its window pinned: `since_ms`/`until_ms` when the URL carries them (a
+/// later page), else `since`/`until` as `payhook events` reads them, else the last 24 hours for a
+/// listing by time or outcome.
+fn filter_of(params: &BTreeMap<String, String>, now: i64) -> Result<Filter, SourceError> {
+    let get = |k: &str| {
+        params
+            .get(k)
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let time = |ms: &str, typed: &str| -> Result<Option<i64>, SourceError> {
+        if !get(ms).is_empty() {
+            return get(ms)
+                .parse()
+                .map(Some)
+                .map_err(|_| SourceError::Invalid(format!("{ms} must be epoch milliseconds")));
+        }
+        if get(typed).is_empty() {
+            return Ok(None);
+        }
+        crate::cli::time::parse_time(&get(typed), now)
+            .map(Some)
+            .map_err(|e| SourceError::Invalid(format!("{typed}: {e}")))
+    };
+    let mut f = Filter {
+        provider: get("provider"),
+        outcome: get("outcome"),
+        reference: get("reference"),
+        event_id: get("event_id"),
+        since_ms: time("since_ms", "since")?,
+        until_ms: time("until_ms", "until")?,
+        limit: match get("limit").as_str() {
+            "" => 50,
+            l => l
+                .parse()
+                .map_err(|_| SourceError::Invalid(format!("limit must be 1 to {MAX_PAGE}")))?,
+        },
+    };
+    if f.reference.is_empty() && f.event_id.is_empty() {
+        f.until_ms.get_or_insert(now);
+        f.since_ms.get_or_insert(now - 86_400_000);
+    }
+    Ok(f)
+}
+
+/// The read layer's query for `f` (validated by the read API's own parser: same rules, same
+/// names).
+fn query_of(f: &Filter, cursor: Option<&str>, now: i64) -> Result<DeliveryQuery, SourceError> {
+    crate::http::read::delivery_query(Some(&f.api_query(cursor)), now)
+        .map_err(|(_, why)| SourceError::Invalid(why))
+}
+
+fn params(raw: Option<String>) -> BTreeMap<String, String> {
+    raw.map(|q| {
+        form_pairs(&q)
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// `a=b&c=d` decoded (`+` is a space).
+fn form_pairs(q: &str) -> Vec<(String, String)> {
+    let decode = |t: &str| {
+        let bytes = t.replace('+', " ").into_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+                (b'%', Some(b)) => {
+                    out.push(b);
+                    i += 3;
+                }
+                (b, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// Every delivery the query selects, newest first, up to `cap`; true when that was all.
+async fn all_of<S: Source>(
+    c: &Console<S>,
+    q: &DeliveryQuery,
+    cap: usize,
+) -> Result<(Vec<Value>, bool), SourceError> {
+    let mut q = DeliveryQuery {
+        limit: MAX_PAGE,
+        cursor: None,
+        ..q.clone()
+    };
+    let mut out = Vec::new();
+    loop {
+        let page = c.source.deliveries(&q).await?;
+        out.extend(page["deliveries"].as_array().cloned().unwrap_or_default());
+        match page["next_cursor"].as_str() {
+            _ if out.len() >= cap => {
+                out.truncate(cap);
+                return Ok((out, false));
+            }
+            Some(next) => q.cursor = Some(next.to_owned()),
+            None => return Ok((out, true)),
+        }
+    }
+}
+
+async fn deliveries<S: Source>(State(c): State<Shared<S>>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    let p = params(raw);
+    let result = async {
+        let f = filter_of(&p, now)?;
+        let q = query_of(&f, p.get("cursor").map(String::as_str), now)?;
+        let page = c.source.deliveries(&q).await?;
+        let (window, all) = all_of(&c, &query_of(&f.any_outcome(), None, now)?, COUNT_CAP).await?;
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for d in &window {
+            *counts.entry(html::s(d, "outcome").to_owned()).or_default() += 1;
+        }
+        let csrf = c.replay.as_ref().map(|_| c.csrf.as_str());
+        Ok::<_, SourceError>(pages::deliveries(&f, &page, &counts, all, csrf))
+    }
+    .await;
+    match result {
+        Ok(body) => render(&c, "Deliveries", "deliveries", &body),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+async fn delivery<S: Source>(State(c): State<Shared<S>>, Path(id): Path<String>) -> Response {
+    match c.source.delivery(&id).await {
+        Ok(d) => {
+            let csrf = c.replay.as_ref().map(|_| c.csrf.as_str());
+            render(&c, "Delivery", "deliveries", &pages::delivery(&d, csrf))
+        }
+        Err(e) => failed(&c, &e),
+    }
+}
+
+fn provider_and_reference(
+    provider: &str,
+    reference: &str,
+) -> Result<(ProviderId, Reference), SourceError> {
+    let p = crate::providers::registered(provider)
+        .ok_or_else(|| SourceError::NotFound(format!("no provider named {provider:?}")))?;
+    let r = Reference::parse(reference).map_err(|e| SourceError::Invalid(e.to_string()))?;
+    Ok((p, r))
+}
+
+async fn payment<S: Source>(
+    State(c): State<Shared<S>>,
+    Path((provider, reference)): Path<(String, String)>,
+) -> Response {
+    let result = async {
+        let (p, r) = provider_and_reference(&provider, &reference)?;
+        c.source.payment(p, &r).await
+    }
+    .await;
+    match result {
+        Ok(v) => render(&c, "Payment", "deliveries", &pages::payment(&v)),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+async fn account<S: Source>(State(c): State<Shared<S>>, Path(account): Path<String>) -> Response {
+    let result = async {
+        let a = AccountId::parse(&account).map_err(|e| SourceError::Invalid(e.to_string()))?;
+        c.source.balance(&a).await
+    }
+    .await;
+    match result {
+        Ok(v) => render(&c, &format!("Account {account}"), "", &pages::account(&v)),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+/// The outcomes a human acts on, in the order the page lists them.
+const ATTENTION: [Outcome; 4] = [
+    Outcome::Failed,
+    Outcome::Parked,
+    Outcome::Unassigned,
+    Outcome::Conflict,
+];
+
+async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
+    let now = now_ms();
+    let result = async {
+        let mut by_outcome = Vec::new();
+        for outcome in ATTENTION {
+            let f = Filter {
+                outcome: outcome.as_str().to_owned(),
+                since_ms: Some(now - crate::http::read::MAX_WINDOW_MS + 1),
+                until_ms: Some(now),
+                limit: MAX_PAGE,
+                ..Filter::default()
+            };
+            let (list, _) = all_of(&c, &query_of(&f, None, now)?, MAX_PAGE).await?;
+            by_outcome.push((outcome, list));
+        }
+        let open = c.source.open_payments(now - c.pending_after_ms).await?;
+        Ok::<_, SourceError>(pages::attention(
+            &by_outcome,
+            open.as_deref(),
+            c.pending_after_ms / 1_000,
+        ))
+    }
+    .await;
+    match result {
+        Ok(body) => render(&c, "Needs attention", "attention", &body),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+async fn traffic<S: Source>(
+    State(c): State<Shared<S>>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let now = now_ms();
+    let window = if q.get("window").map(String::as_str) == Some("day") {
+        "day"
+    } else {
+        "hour"
+    };
+    // An hour in minutes; a day in 10-minute buckets (144 bars).
+    let (span_ms, width_ms) = if window == "day" {
+        (86_400_000, 600_000)
+    } else {
+        (3_600_000, 60_000)
+    };
+    let bucket_count = usize::try_from(span_ms / width_ms).unwrap_or(60);
+    let start_ms = (now - span_ms).div_euclid(width_ms) * width_ms + width_ms;
+    let result = async {
+        let f = Filter {
+            since_ms: Some(start_ms),
+            until_ms: Some(now + 1),
+            limit: MAX_PAGE,
+            ..Filter::default()
+        };
+        let (list, all) = all_of(&c, &query_of(&f, None, now)?, COUNT_CAP).await?;
+        let mut buckets = chart::Buckets::new(start_ms, width_ms, bucket_count);
+        for d in &list {
+            buckets.add(html::n(d, "received_at_ms"), html::s(d, "outcome"));
+        }
+        let money = match &c.replay {
+            Some(ops) => {
+                let (m, _) = crate::read::money_moved(
+                    ops.pipeline.store(),
+                    &ops.providers,
+                    start_ms,
+                    now + 1,
+                    MONEY_BODIES,
+                )
+                .await?;
+                Some(m)
+            }
+            None => None,
+        };
+        Ok::<_, SourceError>(pages::traffic(window, &buckets, all, money.as_ref()))
+    }
+    .await;
+    match result {
+        Ok(body) => render(&c, "Traffic", "traffic", &body),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+/// A write must come from the console's own pages: its origin, and its token.
+fn same_origin(headers: &HeaderMap, origin: &str) -> bool {
+    match headers.get("origin").and_then(|o| o.to_str().ok()) {
+        Some(o) => o == origin,
+        None => headers
+            .get("sec-fetch-site")
+            .is_some_and(|s| s == "same-origin"),
+    }
+}
+
+fn refused<S: Source>(c: &Console<S>, status: StatusCode, why: &str) -> Response {
+    tracing::warn!(why, "console write refused");
+    html(
+        status,
+        html::page("Refused", "", &c.source.label(), &html::note("error", why)),
+    )
+}
+
+async fn replay<S: Source>(
+    State(c): State<Shared<S>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let form: BTreeMap<String, String> = form_pairs(&String::from_utf8_lossy(&body))
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    if !same_origin(&headers, &c.origin) {
+        return refused(&c, StatusCode::FORBIDDEN, "cross-site request refused");
+    }
+    let token = form.get("csrf").map(String::as_str).unwrap_or_default();
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(
+        token.as_bytes(),
+        c.csrf.as_bytes(),
+    )) {
+        return refused(&c, StatusCode::FORBIDDEN, "missing or wrong CSRF token");
+    }
+    let Some(ops) = &c.replay else {
+        return refused(
+            &c,
+            StatusCode::FORBIDDEN,
+            "replay needs the store as data source (the console runs on a read API)",
+        );
+    };
+    let confirm = form.get("step").map(String::as_str) == Some("confirm");
+    let result = match form.get("delivery") {
+        Some(id) => replay_one(&c, ops, id, confirm).await,
+        None => replay_filtered(&c, ops, &form, confirm).await,
+    };
+    match result {
+        Ok((what, value, fields)) if !confirm => render(
+            &c,
+            "Replay: dry run",
+            "",
+            &pages::replay_preview(&what, &value, &fields, &c.csrf),
+        ),
+        Ok((what, value, _)) => render(&c, "Replay: done", "", &pages::replay_done(&what, &value)),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+/// (what, prediction or result, the hidden fields that confirm it)
+type Replayed = (String, Value, String);
+
+fn hidden(name: &str, value: &str) -> String {
+    format!(
+        r#"<input type="hidden" name="{name}" value="{}">"#,
+        html::esc(value)
+    )
+}
+
+async fn replay_one<S: Source>(
+    c: &Console<S>,
+    ops: &Ops<DynamoStore>,
+    id: &str,
+    confirm: bool,
+) -> Result<Replayed, SourceError> {
+    let store = ops.pipeline.store();
+    let d = crate::read::find_delivery(store, id).await?;
+    let what = format!("delivery {id}");
+    let fail = |e: crate::replay::ReplayError| SourceError::Unavailable(e.to_string());
+    if !confirm {
+        let prediction = crate::replay::predict(store, &ops.providers, &d)
+            .await
+            .map_err(fail)?;
+        return Ok((
+            what,
+            json!({ "prediction": prediction }),
+            hidden("delivery", id),
+        ));
+    }
+    let detail = json!({ "delivery": id, "from": "console" });
+    let answer =
+        crate::replay::redrive(&ops.pipeline, &ops.providers, &d, &c.operator, c.lease_ms).await;
+    let result = answer
+        .map(|a| json!({ "outcome": a.outcome.as_str(), "status": a.status, "body": a.body }))
+        .map_err(fail);
+    audit(&c.operator, &detail, &result);
+    Ok((what, result?, String::new()))
+}
+
+async fn replay_filtered<S: Source>(
+    c: &Console<S>,
+    ops: &Ops<DynamoStore>,
+    form: &BTreeMap<String, String>,
+    confirm: bool,
+) -> Result<Replayed, SourceError> {
+    let now = now_ms();
+    let f = filter_of(form, now)?;
+    let q = query_of(&f, None, now)?;
+    let opts = crate::replay::ReplayOptions {
+        dry_run: !confirm,
+        concurrency: 4,
+        started_by: c.operator.clone(),
+        lease_ms: c.lease_ms,
+        include_replays: false,
+        max: 10_000,
+    };
+    let what = format!("the deliveries of {}", f.api_query(None));
+    let summary = crate::replay::replay(&ops.pipeline, &ops.providers, &q.filter, &opts, |_, _| {})
+        .await
+        .map_err(|e| SourceError::Unavailable(e.to_string()))
+        .and_then(|s| serde_json::to_value(s).map_err(|e| SourceError::Unavailable(e.to_string())));
+    if confirm {
+        let detail = json!({ "filter": format!("{:?}", q.filter), "from": "console" });
+        audit(&c.operator, &detail, &summary);
+    }
+    let fields: String = f
+        .pairs()
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| hidden(k, v))
+        .collect();
+    Ok((what, summary?, fields))
+}
+
+fn audit(who: &str, detail: &Value, result: &Result<Value, SourceError>) {
+    match result {
+        Ok(v) => crate::audit::record(who, "replay", detail, Ok(v)),
+        Err(e) => crate::audit::record(who, "replay", detail, Err(&e.to_string())),
+    }
+}
+
+/// Serves `console` on `listener` until Ctrl-C or SIGTERM.
+pub async fn serve<S: Source>(
+    listener: tokio::net::TcpListener,
+    console: Console<S>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(Arc::new(console)))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

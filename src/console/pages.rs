@@ -1,0 +1,627 @@
+//! The console's pages, each rendered from read-layer views (JSON, whichever the source) into
+//! one HTML string. Pure functions: the handlers in `mod.rs` fetch, these draw.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use super::chart::{stacked, Buckets};
+use super::html::{badge, enc, esc, money, n, note, payment_link, query, s, table, time};
+use crate::eventlog::Outcome;
+
+/// The deliveries listing's filter as typed, with its window pinned to absolute times so every
+/// page of one listing asks the same question (paging never skips or repeats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub provider: String,
+    pub outcome: String,
+    pub reference: String,
+    pub event_id: String,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    pub limit: usize,
+}
+
+impl Filter {
+    /// The pairs of this filter in the console's own URLs.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let t = |v: Option<i64>| v.map(|t| t.to_string()).unwrap_or_default();
+        vec![
+            ("provider", self.provider.clone()),
+            ("outcome", self.outcome.clone()),
+            ("reference", self.reference.clone()),
+            ("event_id", self.event_id.clone()),
+            ("since_ms", t(self.since_ms)),
+            ("until_ms", t(self.until_ms)),
+            ("limit", self.limit.to_string()),
+        ]
+    }
+
+    /// The query string the read API (`GET /deliveries`) takes for this filter.
+    pub fn api_query(&self, cursor: Option<&str>) -> String {
+        let mut pairs = self.pairs();
+        pairs.push(("cursor", cursor.unwrap_or_default().to_owned()));
+        query(&pairs)
+    }
+
+    /// The same filter without its outcome (the window's counts are over every outcome).
+    pub fn any_outcome(&self) -> Filter {
+        Filter {
+            outcome: String::new(),
+            ..self.clone()
+        }
+    }
+}
+
+fn input(name: &str, label: &str, value: &str, placeholder: &str) -> String {
+    format!(
+        r#"<label>{label} <input name="{name}" value="{}" placeholder="{placeholder}"></label>"#,
+        esc(value)
+    )
+}
+
+fn outcome_select(current: &str) -> String {
+    let mut out =
+        String::from(r#"<label>outcome <select name="outcome"><option value="">any</option>"#);
+    for o in Outcome::ALL {
+        let sel = if o.as_str() == current {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(out, r#"<option value="{0}"{sel}>{0}</option>"#, o.as_str());
+    }
+    out.push_str("</select></label>");
+    out
+}
+
+/// The CSRF token as a hidden field of a form that writes.
+pub fn csrf_field(token: &str) -> String {
+    format!(
+        r#"<input type="hidden" name="csrf" value="{}">"#,
+        esc(token)
+    )
+}
+
+fn hidden_filter(f: &Filter) -> String {
+    f.pairs()
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!(r#"<input type="hidden" name="{k}" value="{}">"#, esc(v)))
+        .collect()
+}
+
+/// One delivery as a table row.
+fn delivery_row(d: &Value) -> Vec<String> {
+    let reference = s(d, "reference");
+    vec![
+        format!(
+            r#"<a class="delivery" href="/deliveries/{}">{}</a>"#,
+            enc(s(d, "id")),
+            esc(&time(n(d, "received_at_ms")))
+        ),
+        esc(s(d, "provider")),
+        esc(s(d, "event_type")),
+        esc(s(d, "event_id")),
+        if reference.is_empty() {
+            String::new()
+        } else {
+            payment_link(s(d, "provider"), reference)
+        },
+        badge(s(d, "outcome")),
+        n(d, "http_status").to_string(),
+    ]
+}
+
+const DELIVERY_COLUMNS: [&str; 7] = [
+    "received",
+    "provider",
+    "type",
+    "event id",
+    "reference",
+    "outcome",
+    "HTTP",
+];
+
+/// The deliveries listing: filters, the window's counts per outcome, one page, paging links, and
+/// (with a store) the filtered replay's dry run.
+pub fn deliveries(
+    f: &Filter,
+    page: &Value,
+    counts: &BTreeMap<String, u64>,
+    counted_all: bool,
+    csrf: Option<&str>,
+) -> String {
+    let mut body = String::from(r#"<form method="get" action="/deliveries" class="filters">"#);
+    body.push_str(&input("provider", "provider", &f.provider, "any"));
+    body.push_str(&outcome_select(&f.outcome));
+    body.push_str(&input("reference", "reference", &f.reference, "any"));
+    body.push_str(&input("event_id", "event id", &f.event_id, "any"));
+    body.push_str(&input("since", "since", "", "24h, 2026-12-01, RFC 3339"));
+    body.push_str(&input("until", "until", "", "now"));
+    body.push_str(r#"<button type="submit">Filter</button></form>"#);
+    let window = match (f.since_ms, f.until_ms) {
+        (Some(a), Some(b)) => format!("{} to {}", time(a), time(b)),
+        (Some(a), None) => format!("since {}", time(a)),
+        _ => "all time".to_owned(),
+    };
+    let _ = write!(body, r#"<p class="window">window: {}</p>"#, esc(&window));
+    body.push_str(r#"<ul id="counts" class="counts">"#);
+    for (outcome, count) in counts {
+        let _ = write!(
+            body,
+            r#"<li>{} <span class="count" data-outcome="{}">{count}</span></li>"#,
+            badge(outcome),
+            esc(outcome)
+        );
+    }
+    let total: u64 = counts.values().sum();
+    let _ = write!(
+        body,
+        r#"<li>total <span class="count" id="total">{total}</span>{}</li></ul>"#,
+        if counted_all {
+            ""
+        } else {
+            " (counted the first ones only)"
+        }
+    );
+    let rows: Vec<Vec<String>> = page["deliveries"]
+        .as_array()
+        .map(|l| l.iter().map(delivery_row).collect())
+        .unwrap_or_default();
+    if rows.is_empty() {
+        body.push_str(&note("empty", "no delivery matches"));
+    }
+    body.push_str(&table("deliveries", &DELIVERY_COLUMNS, &rows));
+    body.push_str(r#"<nav class="paging">"#);
+    let _ = write!(
+        body,
+        r#"<a id="first-page" href="/deliveries?{}">first page</a>"#,
+        f.api_query(None)
+    );
+    if let Some(next) = page["next_cursor"].as_str() {
+        let _ = write!(
+            body,
+            r#" <a id="next-page" href="/deliveries?{}">next page</a>"#,
+            f.api_query(Some(next))
+        );
+    }
+    body.push_str("</nav>");
+    if let Some(token) = csrf {
+        let _ = write!(
+            body,
+            r#"<form method="post" action="/replay" class="replay">{}{}<input type="hidden" name="step" value="preview"><button id="replay-filtered" type="submit">Replay these (dry run first)</button></form>"#,
+            csrf_field(token),
+            hidden_filter(f)
+        );
+    }
+    body
+}
+
+fn pretty(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| body.to_owned())
+}
+
+fn facts(rows: &[(&str, String)]) -> String {
+    let mut out = String::from(r#"<dl class="facts">"#);
+    for (k, v) in rows {
+        let _ = write!(out, "<dt>{}</dt><dd>{v}</dd>", esc(k));
+    }
+    out.push_str("</dl>");
+    out
+}
+
+/// One delivery: its facts, the answer, the raw body, links, and (with a store) replay.
+pub fn delivery(d: &Value, csrf: Option<&str>) -> String {
+    let provider = s(d, "provider");
+    let reference = s(d, "reference");
+    let mut rows = vec![
+        ("id", esc(s(d, "id"))),
+        ("provider", esc(provider)),
+        ("event id", esc(s(d, "event_id"))),
+        ("event type", esc(s(d, "event_type"))),
+        ("received", esc(&time(n(d, "received_at_ms")))),
+        ("outcome", badge(s(d, "outcome"))),
+        ("HTTP answer", n(d, "http_status").to_string()),
+        ("key", esc(s(d, "key"))),
+    ];
+    if !reference.is_empty() {
+        rows.push(("payment", payment_link(provider, reference)));
+    }
+    for (field, label) in [("replay_of", "replay of"), ("started_by", "started by")] {
+        if !s(d, field).is_empty() {
+            rows.push((label, esc(s(d, field))));
+        }
+    }
+    if let Some(r) = d.get("redriven").and_then(Value::as_str) {
+        rows.push(("re-driven", badge(r)));
+    }
+    let mut body = facts(&rows);
+    let _ = write!(
+        body,
+        r#"<p><a id="same-event" href="/deliveries?{}">deliveries of the same event</a></p>"#,
+        query(&[
+            ("provider", provider.to_owned()),
+            ("event_id", s(d, "event_id").to_owned())
+        ])
+    );
+    match d.get("raw_body").and_then(Value::as_str) {
+        Some(raw) => {
+            let _ = write!(
+                body,
+                r#"<h2>Raw body</h2><pre id="raw-body">{}</pre>"#,
+                esc(&pretty(raw))
+            );
+        }
+        None => body.push_str(&note(
+            "nobody",
+            "the read API never serves provider payloads: run the console on the store to see the body",
+        )),
+    }
+    if let Some(token) = csrf {
+        let _ = write!(
+            body,
+            r#"<form method="post" action="/replay" class="replay">{}<input type="hidden" name="delivery" value="{}"><input type="hidden" name="step" value="preview"><button id="replay-one" type="submit">Replay this delivery (dry run first)</button></form>"#,
+            csrf_field(token),
+            esc(s(d, "id"))
+        );
+    }
+    body
+}
+
+/// A payment: money, the state timeline in order, refunds, disputes, its deliveries.
+pub fn payment(v: &Value) -> String {
+    let p = &v["payment"];
+    let currency = s(p, "currency");
+    let amount = p.get("amount_minor").and_then(Value::as_i64);
+    let shown = |minor: i64| {
+        if currency.is_empty() {
+            minor.to_string()
+        } else {
+            money(minor, currency)
+        }
+    };
+    let account = s(p, "account");
+    let mut body = facts(&[
+        ("provider", esc(s(p, "provider"))),
+        ("reference", esc(s(p, "reference"))),
+        (
+            "status",
+            format!(r#"<span id="status">{}</span>"#, esc(s(p, "status"))),
+        ),
+        (
+            "account",
+            if account.is_empty() {
+                "none yet".into()
+            } else {
+                format!(
+                    r#"<a href="/accounts/{}">{}</a>"#,
+                    enc(account),
+                    esc(account)
+                )
+            },
+        ),
+        (
+            "amount",
+            amount.map(shown).unwrap_or_else(|| "unknown".into()),
+        ),
+        ("refunded", shown(n(p, "refunded_minor"))),
+        ("disputed", shown(n(p, "disputed_minor"))),
+        ("paid by", esc(s(p, "paid_key"))),
+    ]);
+    body.push_str("<h2>Timeline</h2><ol id=\"timeline\">");
+    for h in p["history"].as_array().into_iter().flatten() {
+        let _ = write!(
+            body,
+            r#"<li><time>{}</time> <strong>{}</strong> {}</li>"#,
+            esc(&time(n(h, "at_ms"))),
+            esc(s(h, "status")),
+            esc(s(h, "note"))
+        );
+    }
+    body.push_str("</ol>");
+    let keys = |field: &str| -> Vec<Vec<String>> {
+        p[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|k| vec![esc(k)])
+            .collect()
+    };
+    body.push_str("<h2>Refunds</h2>");
+    body.push_str(&table("refunds", &["refund key"], &keys("refund_keys")));
+    let reversed = keys("reversed_refund_keys");
+    if !reversed.is_empty() {
+        body.push_str(&table("reversed", &["refund reversed"], &reversed));
+    }
+    let disputes: Vec<Vec<String>> = p["disputes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            vec![
+                esc(s(d, "dispute")),
+                esc(s(d, "status")),
+                shown(n(d, "withdrawn_minor")),
+                shown(n(d, "reinstated_minor")),
+            ]
+        })
+        .collect();
+    body.push_str("<h2>Disputes</h2>");
+    body.push_str(&table(
+        "disputes",
+        &["dispute", "status", "withdrawn", "reinstated"],
+        &disputes,
+    ));
+    body.push_str("<h2>Deliveries</h2>");
+    let rows: Vec<Vec<String>> = v["deliveries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(delivery_row)
+        .collect();
+    body.push_str(&table("payment-deliveries", &DELIVERY_COLUMNS, &rows));
+    if v["next_cursor"].is_string() {
+        let _ = write!(
+            body,
+            r#"<p><a href="/deliveries?{}">all deliveries of this payment</a></p>"#,
+            query(&[
+                ("provider", s(p, "provider").to_owned()),
+                ("reference", s(p, "reference").to_owned())
+            ])
+        );
+    }
+    body
+}
+
+/// The provider named by a movement key (`{provider}:{operation}:{reference}`).
+fn provider_of_key(key: &str) -> &str {
+    key.split(':').next().unwrap_or_default()
+}
+
+/// An account: balances per currency, and its entries with a running sum per currency.
+pub fn account(v: &Value) -> String {
+    let mut body = String::from(
+        r#"<table id="balances"><thead><tr><th>currency</th><th>balance</th></tr></thead><tbody>"#,
+    );
+    for (currency, minor) in v["balances"].as_object().into_iter().flatten() {
+        let minor = minor.as_i64().unwrap_or_default();
+        let _ = write!(
+            body,
+            r#"<tr><td>{}</td><td class="balance" data-currency="{0}" data-minor="{minor}">{}</td></tr>"#,
+            esc(currency),
+            esc(&money(minor, currency))
+        );
+    }
+    let _ = write!(
+        body,
+        "</tbody></table><p>{} entries, as of {}</p>",
+        n(v, "entries"),
+        esc(&time(n(v, "as_of_ms")))
+    );
+    let Some(postings) = v["postings"].as_array() else {
+        body.push_str(&note(
+            "noentries",
+            "the read API serves balances, not entries: run the console on the store to list them",
+        ));
+        return body;
+    };
+    let mut sorted: Vec<&Value> = postings.iter().collect();
+    sorted.sort_by_key(|p| {
+        (
+            p["at_ms"].as_i64().unwrap_or(n(p, "posted_at_ms")),
+            s(p, "key").to_owned(),
+        )
+    });
+    let mut running: BTreeMap<String, i64> = BTreeMap::new();
+    let rows: Vec<Vec<String>> = sorted
+        .iter()
+        .map(|p| {
+            let currency = s(p, "currency");
+            let amount = n(p, "amount_minor");
+            let sum = running.entry(currency.to_owned()).or_default();
+            *sum = sum.saturating_add(amount);
+            let at = p["at_ms"].as_i64().unwrap_or(n(p, "posted_at_ms"));
+            vec![
+                esc(&time(at)),
+                esc(s(p, "key")),
+                payment_link(provider_of_key(s(p, "key")), s(p, "reference")),
+                esc(&money(amount, currency)),
+                format!(
+                    r#"<span class="running">{}</span>"#,
+                    esc(&money(*sum, currency))
+                ),
+            ]
+        })
+        .collect();
+    body.push_str("<h2>Entries</h2>");
+    body.push_str(&table(
+        "entries",
+        &["at", "key", "payment", "amount", "running sum"],
+        &rows,
+    ));
+    body
+}
+
+/// What to run about a delivery that needs attention.
+fn resolve_command(d: &Value) -> String {
+    let (provider, reference) = (s(d, "provider"), s(d, "reference"));
+    match s(d, "outcome") {
+        "unassigned" => format!(
+            "payhook payments expect --provider {provider} --reference {reference} --account <ACCOUNT> … && payhook replay --outcome unassigned"
+        ),
+        "parked" => format!(
+            "waits for its payment; once {provider}/{reference} is PAID: payhook replay --outcome parked --reference {reference}"
+        ),
+        "failed" => "payhook reconcile (re-drives failed deliveries), or payhook replay --outcome failed".into(),
+        _ => format!("payhook payments show --provider {provider} --reference {reference}"),
+    }
+}
+
+/// Needs attention: deliveries reconciliation would hand a human (by outcome, each with the
+/// command that resolves it), and payments open past the threshold.
+pub fn attention(
+    by_outcome: &[(Outcome, Vec<Value>)],
+    open: Option<&[Value]>,
+    threshold_s: i64,
+) -> String {
+    let mut body = String::new();
+    for (outcome, list) in by_outcome {
+        let _ = write!(
+            body,
+            r#"<h2>{} <span class="count" data-outcome="{}">{}</span></h2>"#,
+            badge(outcome.as_str()),
+            outcome.as_str(),
+            list.len()
+        );
+        let rows: Vec<Vec<String>> = list
+            .iter()
+            .map(|d| {
+                let mut row = delivery_row(d);
+                row.push(format!("<code>{}</code>", esc(&resolve_command(d))));
+                row
+            })
+            .collect();
+        let mut columns = DELIVERY_COLUMNS.to_vec();
+        columns.push("resolve");
+        body.push_str(&table(
+            &format!("attention-{}", outcome.as_str()),
+            &columns,
+            &rows,
+        ));
+    }
+    let _ = write!(body, "<h2>Payments open longer than {threshold_s} s</h2>");
+    match open {
+        None => body.push_str(&note(
+            "noopen",
+            "the read API does not list open payments: run the console on the store",
+        )),
+        Some(list) => {
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|p| {
+                    vec![
+                        payment_link(s(p, "provider"), s(p, "reference")),
+                        esc(s(p, "provider")),
+                        esc(s(p, "status")),
+                        esc(&time(n(p, "updated_at_ms"))),
+                        "<code>payhook reconcile</code> (asks the provider)".into(),
+                    ]
+                })
+                .collect();
+            body.push_str(&table(
+                "open-payments",
+                &["payment", "provider", "status", "last change", "resolve"],
+                &rows,
+            ));
+        }
+    }
+    body
+}
+
+use crate::read::MoneyByDay;
+
+/// Traffic: the stacked chart, the duplicate share, money in and out per day.
+pub fn traffic(
+    window: &str,
+    buckets: &Buckets,
+    counted_all: bool,
+    money_by_day: Option<&MoneyByDay>,
+) -> String {
+    let mut body = String::from(r#"<nav class="windows">"#);
+    for w in ["hour", "day"] {
+        let class = if w == window {
+            r#" class="active""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            body,
+            r#"<a href="/traffic?window={w}"{class}>last {w}</a> "#
+        );
+    }
+    body.push_str("</nav>");
+    let minutes = buckets.width_ms / 60_000;
+    let _ = write!(
+        body,
+        "<p>deliveries per {minutes} minute{} by outcome, oldest left; from {}</p>",
+        if minutes == 1 { "" } else { "s" },
+        esc(&time(buckets.start_ms))
+    );
+    let order: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+    body.push_str(&stacked(buckets, &order));
+    body.push_str(r#"<ul class="legend">"#);
+    for o in &order {
+        let _ = write!(body, "<li>{}</li>", badge(o));
+    }
+    body.push_str("</ul>");
+    let total = buckets.total();
+    let duplicates: u64 = buckets
+        .counts
+        .iter()
+        .filter_map(|b| b.get(Outcome::Replayed.as_str()))
+        .sum();
+    let share = if total == 0 {
+        0.0
+    } else {
+        duplicates as f64 * 100.0 / total as f64
+    };
+    let _ = write!(
+        body,
+        r#"<p id="duplicates">duplicates (replayed): {duplicates} of {total} deliveries, {share:.1}%{}</p>"#,
+        if counted_all {
+            ""
+        } else {
+            " (counted the first ones only)"
+        }
+    );
+    body.push_str("<h2>Money in and out per day</h2>");
+    match money_by_day {
+        None => body.push_str(&note(
+            "nomoney",
+            "amounts are read from the deliveries' bodies, which the read API never serves: run the console on the store",
+        )),
+        Some(m) => {
+            let rows: Vec<Vec<String>> = m
+                .iter()
+                .map(|((day, currency), (inflow, outflow))| {
+                    vec![
+                        esc(day),
+                        esc(currency),
+                        esc(&money(*inflow, currency)),
+                        esc(&money(*outflow, currency)),
+                    ]
+                })
+                .collect();
+            body.push_str(&table("money", &["day (UTC)", "currency", "in", "out"], &rows));
+        }
+    }
+    body
+}
+
+/// The replay's dry run, with the form that confirms it.
+pub fn replay_preview(what: &str, prediction: &Value, confirm_fields: &str, csrf: &str) -> String {
+    let pretty = serde_json::to_string_pretty(prediction).unwrap_or_default();
+    format!(
+        r#"<p>Dry run of a replay of {}: nothing was written.</p><pre id="prediction">{}</pre>
+<form method="post" action="/replay">{}{confirm_fields}<input type="hidden" name="step" value="confirm"><button id="confirm" type="submit">Confirm replay</button></form>"#,
+        esc(what),
+        esc(&pretty),
+        csrf_field(csrf)
+    )
+}
+
+/// What the confirmed replay did.
+pub fn replay_done(what: &str, result: &Value) -> String {
+    let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
+    format!(
+        r#"<p>Replayed {}.</p><pre id="result">{}</pre><p><a href="/deliveries">back to the deliveries</a></p>"#,
+        esc(what),
+        esc(&pretty)
+    )
+}

@@ -1,0 +1,49 @@
+//! The deliveries the console tests look at, made by real signed webhooks: two payments (one
+//! delivered twice), a refund that arrived before its payment (parked), and a forged delivery
+//! (refused, never logged).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use payhook::dynamodb::DynamoStore;
+use payhook::http::App;
+use serde_json::json;
+
+use super::{event_body, payment_body, send, signed, signed_with};
+
+pub const ACCOUNT: &str = "wallet_console";
+
+/// What the seed delivered.
+pub struct Seeded {
+    /// The parked refund's reference, and the payment it refunds.
+    pub refund: &'static str,
+    pub refunded_payment: &'static str,
+}
+
+pub async fn seed(app: &Arc<App<DynamoStore>>) -> Seeded {
+    let pay1 = payment_body("evt_console_1", "pay_console_1", ACCOUNT, 10_000, "NGN");
+    assert_eq!(send(app, signed(&pay1)).await.status, 200);
+    let dup = send(app, signed(&pay1)).await;
+    assert!(dup.replayed);
+    let refund = event_body(
+        "evt_console_r2",
+        "refund.succeeded",
+        json!({"reference": "rf_console_2", "payment_reference": "pay_console_2", "amount": 5_000, "currency": "NGN"}),
+    );
+    assert_eq!(send(app, signed(&refund)).await.status, 409, "parked");
+    let pay2 = payment_body("evt_console_2", "pay_console_2", ACCOUNT, 7_000, "NGN");
+    assert_eq!(send(app, signed(&pay2)).await.status, 200);
+    // Signed with a secret the app does not hold (it holds SECRET and OTHER_SECRET): 401.
+    let forged = payment_body("evt_console_x", "pay_console_x", ACCOUNT, 99_999, "NGN");
+    let other = "whsec_bm90LXRoZS1jb25zb2xlLXRlc3Qtc2VjcmV0";
+    assert_eq!(
+        send(app, signed_with(&forged, other, super::now_s()))
+            .await
+            .status,
+        401
+    );
+    Seeded {
+        refund: "rf_console_2",
+        refunded_payment: "pay_console_2",
+    }
+}

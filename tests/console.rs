@@ -1,0 +1,290 @@
+//! The operator console over HTTP (its router, against dynalite, over deliveries made by real
+//! signed webhooks): counts, filters and paging are exact, pages show what the read layer says,
+//! replay's dry run writes nothing and its confirm applies a parked refund once, and a write
+//! without the console's origin and token, or a request for another host, is refused.
+//! tests/console_browser.rs drives the same pages in headless Chromium.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::Request;
+use common::console_seed::{seed, ACCOUNT};
+use common::{app, counts, store};
+use http_body_util::BodyExt;
+use payhook::console::source::StoreSource;
+use payhook::console::{router, Console};
+use payhook::domain::{AccountId, Currency};
+use payhook::dynamodb::DynamoStore;
+use payhook::ledger::Ledger;
+use tower::ServiceExt;
+
+const HOST: &str = "127.0.0.1:9";
+const ORIGIN: &str = "http://127.0.0.1:9";
+const CSRF: &str = "csrf-token-of-the-console-tests";
+
+fn console(store: &DynamoStore) -> Arc<Console<StoreSource<DynamoStore>>> {
+    let config = common::config(30_000);
+    Arc::new(Console {
+        source: StoreSource {
+            store: store.clone(),
+            label: "test tables".into(),
+        },
+        replay: Some(payhook::runtime::ops(&config, store.clone()).unwrap()),
+        csrf: CSRF.into(),
+        origin: ORIGIN.into(),
+        lease_ms: 30_000,
+        pending_after_ms: 900_000,
+        operator: "console:tests".into(),
+    })
+}
+
+struct Page {
+    status: u16,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+async fn call(c: &Arc<Console<StoreSource<DynamoStore>>>, req: Request<Body>) -> Page {
+    let res = router(c.clone()).oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    Page {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+async fn get(c: &Arc<Console<StoreSource<DynamoStore>>>, path: &str) -> Page {
+    call(
+        c,
+        Request::get(path)
+            .header("host", HOST)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+async fn post(
+    c: &Arc<Console<StoreSource<DynamoStore>>>,
+    form: &str,
+    origin: Option<&str>,
+) -> Page {
+    let mut req = Request::post("/replay")
+        .header("host", HOST)
+        .header("content-type", "application/x-www-form-urlencoded");
+    if let Some(o) = origin {
+        req = req.header("origin", o);
+    }
+    call(c, req.body(Body::from(form.to_owned())).unwrap()).await
+}
+
+/// The count the deliveries page shows for `outcome`.
+fn count_of(body: &str, outcome: &str) -> Option<u64> {
+    let marker = format!(r#"<span class="count" data-outcome="{outcome}">"#);
+    let at = body.find(&marker)? + marker.len();
+    body[at..].split('<').next()?.parse().ok()
+}
+
+/// The delivery ids a listing page links to, in order.
+fn ids(body: &str) -> Vec<String> {
+    body.split(r#"<a class="delivery" href="/deliveries/"#)
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect()
+}
+
+fn next_link(body: &str) -> Option<String> {
+    let at = body.find(r#"id="next-page" href=""#)? + r#"id="next-page" href=""#.len();
+    Some(body[at..].split('"').next()?.replace("&amp;", "&"))
+}
+
+async fn ngn(store: &DynamoStore) -> i64 {
+    let b = store
+        .balance(&AccountId::parse(ACCOUNT).unwrap())
+        .await
+        .unwrap();
+    b.balances[&Currency::parse("NGN").unwrap()]
+}
+
+#[tokio::test]
+async fn the_pages_show_what_the_read_layer_says_and_paging_is_exact() {
+    // GIVEN four logged deliveries: applied, replayed, parked, applied (a forged one refused)
+    let store = store("console_pages").await;
+    let c = console(&store);
+    seed(&app(store.clone(), 30_000)).await;
+    // WHEN the deliveries page is read
+    let page = get(&c, "/deliveries").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    // THEN the counts are the window's, every page carries a script-free CSP
+    assert_eq!(count_of(&page.body, "applied"), Some(2));
+    assert_eq!(count_of(&page.body, "replayed"), Some(1));
+    assert_eq!(count_of(&page.body, "parked"), Some(1));
+    assert!(page.body.contains(r#"id="total">4<"#));
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"));
+    let all = ids(&page.body);
+    assert_eq!(all.len(), 4);
+    // AND a filter shows exactly its deliveries
+    let parked = get(&c, "/deliveries?outcome=parked&since=1h").await;
+    assert_eq!(ids(&parked.body).len(), 1);
+    assert!(parked.body.contains("rf_console_2") || parked.body.contains("pay_console_2"));
+    // AND pages of one never skip or repeat
+    let mut seen = Vec::new();
+    let mut next = Some("/deliveries?limit=1".to_owned());
+    while let Some(path) = next {
+        let p = get(&c, &path).await;
+        seen.extend(ids(&p.body));
+        next = next_link(&p.body);
+        assert!(seen.len() <= 4, "paging runs on: {seen:?}");
+    }
+    assert_eq!(seen, all, "newest first, each once");
+    // AND a delivery page shows its raw body and links to its payment
+    let one = get(&c, &format!("/deliveries/{}", all[0])).await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert!(
+        one.body.contains(r#"id="raw-body""#) && one.body.contains("&quot;payment.succeeded&quot;")
+    );
+    assert!(one
+        .body
+        .contains(r#"href="/payments/generic/pay_console_2""#));
+    // AND the payment's timeline and the account's balance are the store's
+    let pay = get(&c, "/payments/generic/pay_console_1").await;
+    assert!(
+        pay.body.contains(r#"<span id="status">PAID</span>"#),
+        "{}",
+        pay.body
+    );
+    assert!(pay.body.contains("100.00 NGN"));
+    let acct = get(&c, &format!("/accounts/{ACCOUNT}")).await;
+    assert_eq!(ngn(&store).await, 17_000);
+    assert!(
+        acct.body
+            .contains(r#"data-currency="NGN" data-minor="17000""#),
+        "{}",
+        acct.body
+    );
+    assert!(acct
+        .body
+        .contains(r#"<span class="running">170.00 NGN</span>"#));
+    // AND needs-attention lists the parked refund with what resolves it; traffic is drawn
+    let att = get(&c, "/attention").await;
+    assert!(
+        att.body.contains(r#"data-outcome="parked">1<"#),
+        "{}",
+        att.body
+    );
+    let traffic = get(&c, "/traffic?window=hour").await;
+    assert_eq!(
+        traffic
+            .body
+            .matches(r#"class="bar applied""#)
+            .count()
+            .min(1),
+        1
+    );
+    assert!(traffic
+        .body
+        .contains("duplicates (replayed): 1 of 4 deliveries, 25.0%"));
+    assert!(
+        traffic.body.contains("<td>170.00 NGN</td>"),
+        "{}",
+        traffic.body
+    );
+    // AND unknown things are 404, unreadable ones 400
+    assert_eq!(get(&c, "/payments/generic/pay_never").await.status, 404);
+    assert_eq!(get(&c, "/deliveries/nonsense").await.status, 400);
+}
+
+#[tokio::test]
+async fn replay_dry_run_writes_nothing_and_a_confirm_applies_a_parked_refund_once() {
+    let store = store("console_replay").await;
+    let c = console(&store);
+    let seeded = seed(&app(store.clone(), 30_000)).await;
+    let parked = get(&c, "/deliveries?outcome=parked&since=1h").await;
+    let id = ids(&parked.body).remove(0);
+    let before = counts(&store).await;
+    // WHEN the dry run is asked for
+    let form = format!("csrf={CSRF}&delivery={id}&step=preview");
+    let dry = post(&c, &form, Some(ORIGIN)).await;
+    // THEN it predicts the refund's application and writes nothing
+    assert_eq!(dry.status, 200, "{}", dry.body);
+    assert!(
+        dry.body
+            .contains(&format!("apply generic:refund:{}", seeded.refund)),
+        "{}",
+        dry.body
+    );
+    assert!(dry.body.contains(r#"id="confirm""#));
+    assert_eq!(counts(&store).await, before);
+    assert_eq!(ngn(&store).await, 17_000);
+    // WHEN it is confirmed, twice
+    let form = format!("csrf={CSRF}&delivery={id}&step=confirm");
+    let first = post(&c, &form, Some(ORIGIN)).await;
+    assert!(
+        first
+            .body
+            .contains("&quot;outcome&quot;: &quot;applied&quot;"),
+        "{}",
+        first.body
+    );
+    let second = post(&c, &form, Some(ORIGIN)).await;
+    assert!(
+        second
+            .body
+            .contains("&quot;outcome&quot;: &quot;replayed&quot;"),
+        "{}",
+        second.body
+    );
+    // THEN the refund debited once
+    assert_eq!(ngn(&store).await, 17_000 - 5_000);
+    let pay = get(
+        &c,
+        &format!("/payments/generic/{}", seeded.refunded_payment),
+    )
+    .await;
+    assert!(pay
+        .body
+        .contains(&format!("generic:refund:{}", seeded.refund)));
+}
+
+#[tokio::test]
+async fn writes_need_the_console_origin_and_token_and_requests_its_host() {
+    let store = store("console_csrf").await;
+    let c = console(&store);
+    seed(&app(store.clone(), 30_000)).await;
+    let parked = get(&c, "/deliveries?outcome=parked&since=1h").await;
+    let id = ids(&parked.body).remove(0);
+    let before = counts(&store).await;
+    let confirm = format!("csrf={CSRF}&delivery={id}&step=confirm");
+    // A cross-site form post, one without origin facts, a wrong token: all refused.
+    assert_eq!(
+        post(&c, &confirm, Some("http://evil.example")).await.status,
+        403
+    );
+    assert_eq!(post(&c, &confirm, None).await.status, 403);
+    let wrong = format!("csrf=guess&delivery={id}&step=confirm");
+    assert_eq!(post(&c, &wrong, Some(ORIGIN)).await.status, 403);
+    assert_eq!(counts(&store).await, before, "a refused write wrote");
+    assert_eq!(ngn(&store).await, 17_000);
+    // A request for another host (DNS rebinding) is not served.
+    let rebound = call(
+        &c,
+        Request::get("/deliveries")
+            .header("host", "evil.example:9")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(rebound.status, 421);
+    let distinct: BTreeSet<String> = ids(&get(&c, "/deliveries").await.body)
+        .into_iter()
+        .collect();
+    assert_eq!(distinct.len(), 4);
+}

@@ -288,3 +288,106 @@ async fn writes_need_the_console_origin_and_token_and_requests_its_host() {
         .collect();
     assert_eq!(distinct.len(), 4);
 }
+
+/// A read API on loopback in front of the real router (reads open to loopback callers, as
+/// `payhook serve` has them), recording the `Authorization` header of each request.
+async fn read_api(store: &DynamoStore) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut app = common::app(store.clone(), 30_000);
+    Arc::get_mut(&mut app).unwrap().read_access = payhook::http::read::ReadAccess::Loopback;
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let inner = payhook::http::router(app);
+    let front = axum::Router::new().fallback(move |req: Request<Body>| {
+        let (inner, record) = (inner.clone(), record.clone());
+        async move {
+            let auth = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            record.lock().unwrap().push(auth);
+            inner.oneshot(req).await.unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, front).await.unwrap() });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing_writes() {
+    // GIVEN the seeded tables behind a read API, and a console reading from it with SigV4
+    let store = store("console_api").await;
+    seed(&app(store.clone(), 30_000)).await;
+    let (url, seen) = read_api(&store).await;
+    let source = payhook::console::source::ApiSource::new(&url, Some("eu-west-1".into()))
+        .await
+        .unwrap();
+    let c = Arc::new(Console {
+        source,
+        replay: None,
+        csrf: CSRF.into(),
+        origin: ORIGIN.into(),
+        lease_ms: 30_000,
+        pending_after_ms: 900_000,
+        operator: "console:tests".into(),
+    });
+    let call_api = |path: &'static str| {
+        let c = c.clone();
+        async move {
+            let res = router(c)
+                .oneshot(
+                    Request::get(path)
+                        .header("host", HOST)
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = res.status().as_u16();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    // WHEN its pages are read
+    let (status, list) = call_api("/deliveries").await;
+    assert_eq!(status, 200, "{list}");
+    // THEN they show what the store-backed console shows
+    assert_eq!(count_of(&list, "applied"), Some(2));
+    assert_eq!(count_of(&list, "parked"), Some(1));
+    assert_eq!(ids(&list).len(), 4);
+    let (_, pay) = call_api("/payments/generic/pay_console_1").await;
+    assert!(pay.contains(r#"<span id="status">PAID</span>"#), "{pay}");
+    let (_, acct) = call_api("/accounts/wallet_console").await;
+    assert!(acct.contains(r#"data-minor="17000""#), "{acct}");
+    assert!(acct.contains("the read API serves balances, not entries"));
+    // AND no replay is offered, and none is taken
+    assert!(!list.contains("replay-filtered"));
+    let before = counts(&store).await;
+    let res = router(c.clone())
+        .oneshot(
+            Request::post("/replay")
+                .header("host", HOST)
+                .header("origin", ORIGIN)
+                .body(Body::from(format!(
+                    "csrf={CSRF}&step=confirm&outcome=parked"
+                )))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 403);
+    assert_eq!(counts(&store).await, before);
+    // AND every request the read API got was SigV4-signed for execute-api
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 3);
+    for auth in seen.iter() {
+        assert!(
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=")
+                && auth.contains("/eu-west-1/execute-api/aws4_request"),
+            "{auth}"
+        );
+    }
+}

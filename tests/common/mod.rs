@@ -4,6 +4,7 @@
 
 pub mod console_seed;
 pub mod faults;
+pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

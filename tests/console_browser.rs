@@ -197,6 +197,15 @@ async fn the_console_in_headless_chromium() {
     let evil = cross_site_page(&console.url, &token, &delivery).await;
     b.goto(&evil).await;
     b.click("#evil").await;
-    assert!(b.source().await.contains("cross-site request refused"));
+    // The click returns before the refusal page has loaded: wait for it (at most 10 s).
+    let mut refused = false;
+    for _ in 0..100 {
+        if b.source().await.contains("cross-site request refused") {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(refused, "{}", b.source().await);
     assert_eq!(cli_balance(&store), 12_000);
 }

@@ -180,8 +180,10 @@ impl Browser {
         out
     }
 
-    /// Clicks the element and waits for the page it loads.
+    /// Clicks the element and waits for the page it loads (every click here loads one; the
+    /// click's answer can come before the page has).
     pub async fn click(&self, css: &str) {
+        let before = self.one("html").await;
         let e = self.one(css).await;
         call(
             "POST",
@@ -189,6 +191,13 @@ impl Browser {
             Some(json!({})),
         )
         .await;
+        for _ in 0..200 {
+            if self.all("html").await.first() != Some(&before) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("clicking {css} loaded no page");
     }
 
     pub async fn source(&self) -> String {

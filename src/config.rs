@@ -3,6 +3,7 @@
 
 use crate::domain::{AccountId, ProviderId};
 use crate::dynamodb::{StoreSettings, TableNames};
+use crate::http::payouts::PayoutCaller;
 use crate::http::source::SourceAllowlist;
 use crate::http::ReadToken;
 use std::collections::BTreeMap;
@@ -24,7 +25,10 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
     ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
-    ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token of POST /payouts and GET /payouts/{payout} under `payhook serve` (at least 24 characters; unset: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
+    ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token(s) of POST /payouts and GET /payouts/{payout} under `payhook serve`, space-separated during a rotation, all the one caller `local` (each at least 24 characters; unset with no PAYHOOK_PAYOUT_CALLERS: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
+    ("PAYHOOK_PAYOUT_CALLERS", "local: named payout callers, `name=token[,token]` space-separated (a payout key is scoped by the caller's name, never by a token, so a retry after a rotation names the same payout)"),
+    ("PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S", "payouts: a payout not settled this long after it was opened is listed as needing a person (reconciliation, `payhook payouts list --unsettled`, the PayoutsUnresolved alarm; default 86400)"),
+    ("PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS", "payouts: how long after a send the generic sender may still not show the transfer to GET /transfers/{reference} (default 60000); recorded on each send"),
     ("PAYHOOK_PAYOUT_MAX_MINOR", "payouts: the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
     ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
     ("PAYHOOK_SECRETS_REFRESH_S", "how often provider secrets read from Secrets Manager (the *_ARN variables) are read again (default 300); a signature no known secret verifies also reads them again, at most every 30 s"),
@@ -72,8 +76,11 @@ pub struct Config {
     pub default_account: Option<AccountId>,
     /// The read routes' bearer token under `payhook serve --read-api`.
     pub read_token: Option<ReadToken>,
-    /// The payout routes' bearer token under `payhook serve`.
-    pub payout_token: Option<ReadToken>,
+    /// Who may pay out under `payhook serve`, each with the bearer tokens that name them
+    /// (`PAYHOOK_PAYOUT_TOKEN`: the caller `local`; `PAYHOOK_PAYOUT_CALLERS`: named callers).
+    pub payout_callers: Vec<PayoutCaller>,
+    /// The generic sender's transfer visibility window, when it documents its own.
+    pub generic_transfer_visibility_ms: Option<i64>,
     pub payout_max_minor: i64,
     pub provider_timeout_ms: i64,
     /// How often secrets from Secrets Manager are read again.
@@ -134,15 +141,18 @@ impl Config {
                 reason: "must be at least 24 characters",
             })?),
         };
-        let name = "PAYHOOK_PAYOUT_TOKEN";
-        let payout_token = match get(name).filter(|v| !v.trim().is_empty()) {
-            None => None,
-            Some(v) => Some(ReadToken::new(&v).ok_or(ConfigError::Invalid {
-                name,
-                value: "<redacted>".into(),
-                reason: "must be at least 24 characters",
-            })?),
-        };
+        let payout_callers = PayoutCaller::from_env(
+            get("PAYHOOK_PAYOUT_TOKEN").as_deref(),
+            get("PAYHOOK_PAYOUT_CALLERS").as_deref(),
+        )
+        .map_err(|(name, reason)| ConfigError::Invalid {
+            name,
+            value: "<redacted>".into(),
+            reason,
+        })?;
+        let generic_transfer_visibility_ms = get("PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS")
+            .map(|_| positive(&get, "PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS", 60_000))
+            .transpose()?;
         let payout_max_minor = positive(&get, "PAYHOOK_PAYOUT_MAX_MINOR", 100_000_000)?;
         if payout_max_minor > crate::domain::MAX_AMOUNT_MINOR {
             return Err(ConfigError::Invalid {
@@ -172,11 +182,17 @@ impl Config {
                 pending_after_ms: positive(&get, "PAYHOOK_RECONCILE_PENDING_AFTER_S", 900)? * 1_000,
                 give_up_after_ms: positive(&get, "PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", 259_200)?
                     * 1_000,
+                payout_unresolved_after_ms: positive(
+                    &get,
+                    "PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S",
+                    crate::payouts::calls::UNRESOLVED_AFTER_MS / 1_000,
+                )? * 1_000,
             },
             provider_env,
             default_account,
             read_token,
-            payout_token,
+            payout_callers,
+            generic_transfer_visibility_ms,
             payout_max_minor,
             provider_timeout_ms,
             secrets_refresh_ms,

@@ -177,7 +177,9 @@ pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutSer
     );
     match HttpProviderApi::new(config.api_endpoints.clone()) {
         Ok(api) => Some(PayoutService {
-            api: api.with_timeout(timeout),
+            api: api
+                .with_timeout(timeout)
+                .with_generic_visibility_ms(config.generic_transfer_visibility_ms),
             access,
             max_amount_minor: config.payout_max_minor,
         }),
@@ -268,7 +270,9 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
     Ok(Ops {
         pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
         providers,
-        api: HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(call_timeout),
+        api: HttpProviderApi::new(config.api_endpoints.clone())?
+            .with_timeout(call_timeout)
+            .with_generic_visibility_ms(config.generic_transfer_visibility_ms),
         settings,
         metrics: metrics_sink(None),
     })

@@ -25,6 +25,8 @@ use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
 use payhook::ledger::{Layout, Ledger};
 use payhook::payments::{ExpectedPayment, Payments};
+use payhook::payouts::calls::{CallKind, CallTicket, ProviderNote};
+use payhook::payouts::WordOrigin;
 use serde_json::{json, Value};
 
 /// One pipe as template.yaml declares it.
@@ -572,12 +574,41 @@ async fn every_payout_status_change_becomes_one_event_keyed_by_the_payout() {
     let (s, i) = (store.clone(), id.clone());
     let evs = h
         .step(async move {
-            s.mark_sent(&i, 0).await.unwrap().unwrap();
+            let ticket = CallTicket {
+                kind: CallKind::Send,
+                holder: "h1",
+                seen_sends: 0,
+                bound_ms: 1_000,
+                visibility_ms: 1_000,
+            };
+            s.take_call(&i, ticket).await.unwrap().unwrap();
         })
         .await;
     assert_eq!(evs.len(), 1, "{evs:?}");
     assert_eq!(evs[0].0, "payhook.payout.sent");
     assert_eq!(evs[0].1["amount"], "400");
+    // AND what a call records without a status change (its fence, the provider's note) says
+    // nothing on the bus
+    let (s, i) = (store.clone(), id.clone());
+    let evs = h
+        .step(async move {
+            let ticket = CallTicket {
+                kind: CallKind::Ask,
+                holder: "h1",
+                seen_sends: 1,
+                bound_ms: 1_000,
+                visibility_ms: 0,
+            };
+            s.take_call(&i, ticket).await.unwrap().unwrap();
+            let note = ProviderNote {
+                status: "pending",
+                accepted: true,
+                refused: false,
+            };
+            s.note_provider(&i, note).await.unwrap();
+        })
+        .await;
+    assert!(evs.is_empty(), "{evs:?}");
     for word in [
         TransferState::Failed,
         TransferState::Failed,
@@ -585,7 +616,13 @@ async fn every_payout_status_change_becomes_one_event_keyed_by_the_payout() {
     ] {
         let (s, i) = (store.clone(), id.clone());
         h.step(async move {
-            s.settle_payout(&i, word, word.as_str()).await.unwrap();
+            let origin = WordOrigin {
+                provider: ProviderId::GENERIC,
+                money: None,
+            };
+            s.settle_payout(&i, origin, word, word.as_str())
+                .await
+                .unwrap();
         })
         .await;
     }

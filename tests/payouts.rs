@@ -29,8 +29,14 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "payout-token-for-the-tests-0123456789";
 const OTHER_TOKEN: &str = "another-callers-payout-token-987654321";
-/// Short, so the crash tests' takeovers come quickly.
-const LEASE_MS: i64 = 300;
+/// Short, so the crash tests' takeovers come quickly, and still long enough for one call
+/// (`PROVIDER_TIMEOUT_MS`) with the store clock's second and the writes after it: a request
+/// never starts a call its lease would not outlast.
+const LEASE_MS: i64 = 2_500;
+const PROVIDER_TIMEOUT_MS: i64 = 300;
+/// The fake documents that a transfer it took is visible to a lookup at once; half a second
+/// for good measure (recorded on each send).
+const VISIBILITY_MS: i64 = 500;
 /// Longer than any attempt here takes, for tests about duplicates meeting a claim in flight
 /// (a 300 ms lease can expire mid-attempt on two loaded cores, and is below the store clock's
 /// one-second resolution, so a duplicate would take the claim over instead).
@@ -55,6 +61,7 @@ struct Fake {
     mode: Option<Mode>,
     transfers: HashMap<String, String>,
     posts: HashMap<String, usize>,
+    gets: usize,
 }
 
 type Shared = Arc<Mutex<Fake>>;
@@ -101,7 +108,8 @@ async fn get_transfer(
     State(fake): State<Shared>,
     Path(reference): Path<String>,
 ) -> (axum::http::StatusCode, String) {
-    let f = fake.lock().unwrap();
+    let mut f = fake.lock().unwrap();
+    f.gets += 1;
     match f.transfers.get(&reference) {
         Some(status) => (
             axum::http::StatusCode::OK,
@@ -134,7 +142,8 @@ fn payout_config_with_lease(api_url: &str, lease_ms: i64) -> Config {
         "PAYHOOK_GENERIC_API_URL" => Some(api_url.clone()),
         "PAYHOOK_GENERIC_API_KEY" => Some("k_test".into()),
         "PAYHOOK_LEASE_MS" => Some(lease_ms.to_string()),
-        "PAYHOOK_PROVIDER_TIMEOUT_MS" => Some("300".into()),
+        "PAYHOOK_PROVIDER_TIMEOUT_MS" => Some(PROVIDER_TIMEOUT_MS.to_string()),
+        "PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS" => Some(VISIBILITY_MS.to_string()),
         "PAYHOOK_PAYOUT_MAX_MINOR" => Some("1000000".into()),
         _ => None,
     })
@@ -156,7 +165,7 @@ fn payout_app_with_lease(
     a.metrics = payhook::metrics::MetricsSink::Off;
     a.payouts = payhook::runtime::payout_service(
         &config,
-        PayoutAccess::Token(ReadToken::new(TOKEN).unwrap()),
+        PayoutAccess::token(ReadToken::new(TOKEN).unwrap()),
     );
     app
 }
@@ -268,7 +277,9 @@ async fn fifty_concurrent_payouts_against_one_thousand_reserve_exactly_ten() {
     // GIVEN an account holding 1,000 NGN (minor units)
     let store = store("payouts_fifty").await;
     let (url, fake) = fake_transfers().await;
-    let app = payout_app(store.clone(), &url);
+    // Fifty decisions queue on one account's guard: a lease long enough that the last reserved
+    // still has time to send (a short one would leave it reserved for the next look).
+    let app = payout_app_with_lease(store.clone(), &url, LONG_LEASE_MS);
     fund(&app, "wallet_1", 1_000, "pay_fund").await;
     // WHEN 50 payouts of 100 arrive at once, each under its own key
     let tasks = (0..50).map(|i| {
@@ -435,12 +446,30 @@ async fn a_timeout_after_the_provider_accepted_is_asked_about_never_resent() {
         payout_request("t1", &payout_body("wallet_3", 250), Some(TOKEN)),
     )
     .await;
-    // THEN the retry asked, sent nothing more, and knows it is paid
+    // THEN a retry while the call may still run calls nobody: still sent, unresolved
     assert_eq!(
         (retry.status, retry.replayed, retry.payout_status.as_deref()),
-        (202, true, Some("paid"))
+        (202, true, Some("sent"))
     );
-    assert_eq!(posts(&fake), 1);
+    assert_eq!((posts(&fake), fake.lock().unwrap().gets), (1, 0));
+    // AND one after the call's fence asks, sends nothing more, and knows it is paid: the body
+    // and Payout-Status tell one story
+    tokio::time::sleep(Duration::from_millis(fence_ms())).await;
+    let retry = pay(
+        &app,
+        payout_request("t1", &payout_body("wallet_3", 250), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(
+        (
+            retry.status,
+            retry.replayed,
+            retry.payout_status.as_deref(),
+            retry.body["status"].as_str()
+        ),
+        (201, true, Some("paid"), Some("paid"))
+    );
+    assert_eq!((posts(&fake), fake.lock().unwrap().gets), (1, 1));
     assert_eq!(balance(&store, "wallet_3").await, 750);
 }
 
@@ -458,8 +487,14 @@ async fn a_send_that_never_arrived_is_resent_under_the_same_reference_once_asked
     .await;
     assert_eq!(first.status, 202);
     let payout = first.body["payout"].as_str().unwrap().to_owned();
-    // Reconciliation asks (404: never arrived) and sends again under the same reference.
     fake.lock().unwrap().mode = Some(Mode::Success);
+    // Reconciliation inside the call's fence calls nobody.
+    let report = reconcile(&store, &url).await;
+    assert_eq!(report.completed.len(), 0, "{report:?}");
+    assert_eq!((posts(&fake), fake.lock().unwrap().gets), (1, 0));
+    // Past the fence and the visibility window it asks (404: never arrived) and sends again
+    // under the same reference.
+    tokio::time::sleep(Duration::from_millis(fence_ms() + VISIBILITY_MS as u64)).await;
     let report = reconcile(&store, &url).await;
     assert_eq!(report.completed.len(), 1, "{report:?}");
     let (sends, transfers) = {
@@ -477,11 +512,18 @@ async fn a_send_that_never_arrived_is_resent_under_the_same_reference_once_asked
     assert_eq!(balance(&store, "wallet_4").await, 300);
 }
 
+/// How long a call's fence holds: its bound, the store clock's margin, and a second more for
+/// the clock's resolution (the fence is judged on DynamoDB's whole-second time).
+fn fence_ms() -> u64 {
+    (PROVIDER_TIMEOUT_MS + payhook::payouts::calls::CALL_MARGIN_MS + 1_000) as u64
+}
+
 async fn reconcile(store: &DynamoStore, url: &str) -> payhook::reconcile::Report {
     let config = payout_config(url);
     let api = HttpProviderApi::new(config.api_endpoints.clone())
         .unwrap()
-        .with_timeout(Duration::from_millis(300));
+        .with_timeout(Duration::from_millis(300))
+        .with_generic_visibility_ms(config.generic_transfer_visibility_ms);
     let pipeline = Pipeline::new(store.clone());
     let providers = Providers::default();
     Reconciler {
@@ -651,7 +693,9 @@ async fn keys_are_the_callers_and_refusals_write_nothing() {
     // Another caller's same key is another payout.
     let pipeline = app.pipeline.store().clone();
     let pipeline = Pipeline::new(pipeline);
-    let api = HttpProviderApi::new(payout_config(&url).api_endpoints.clone()).unwrap();
+    let api = HttpProviderApi::new(payout_config(&url).api_endpoints.clone())
+        .unwrap()
+        .with_timeout(Duration::from_millis(300));
     let supports = |_: ProviderId| true;
     let request = PayoutRequest::parse(
         payout_body("wallet_6", 100).as_bytes(),
@@ -670,6 +714,7 @@ async fn keys_are_the_callers_and_refusals_write_nothing() {
                 key: &key,
                 request: &request,
                 lease_ms: 5_000,
+                aliases: &[],
             },
         )
         .await
@@ -716,15 +761,16 @@ async fn a_crash_after_any_write_is_finished_by_a_retry_with_one_transfer() {
             "{at}: {}",
             first.status
         );
-        // WHEN the caller retries the key (after the lease) until it has an answer
+        // WHEN the caller retries the key (after the lease) until it has an answer about a
+        // transfer (a look with too little time left leaves a payout reserved for the next)
         let mut answer = None;
-        for _ in 0..40 {
+        for _ in 0..80 {
             let r = pay(
                 &app,
                 payout_request(&key, &payout_body("wallet_c", 100), Some(TOKEN)),
             )
             .await;
-            if r.status != 409 && r.status < 500 {
+            if r.status != 409 && r.status < 500 && r.payout_status.as_deref() != Some("reserved") {
                 answer = Some(r);
                 break;
             }
@@ -738,13 +784,20 @@ async fn a_crash_after_any_write_is_finished_by_a_retry_with_one_transfer() {
         );
         let payout = answer.body["payout"].as_str().unwrap().to_owned();
         // THEN one transfer, and the account debited once
+        // (a crash between the send's fence and its call leaves it unknown: after the fence and
+        // the visibility window, reconciliation's lookup proves it never arrived and sends it)
         if answer.payout_status.as_deref() == Some("sent") && answer.status == 202 {
+            tokio::time::sleep(Duration::from_millis(fence_ms() + VISIBILITY_MS as u64)).await;
             let _ = reconcile(&store, &url).await;
         }
         assert_eq!(
             fake.lock().unwrap().posts.get(&payout),
             Some(&1),
-            "crash after call {at}"
+            "crash after call {at}: first {} {:?}, answer {} {}",
+            first.status,
+            first.payout_status,
+            answer.status,
+            answer.body
         );
     }
     assert_eq!(
@@ -867,8 +920,9 @@ fn serve(store: &DynamoStore, url: &str, port: u16) -> std::process::Child {
     .env("PAYHOOK_PAYOUT_TOKEN", TOKEN)
     .env("PAYHOOK_GENERIC_API_URL", url)
     .env("PAYHOOK_GENERIC_API_KEY", "k_test")
-    .env("PAYHOOK_LEASE_MS", "1000")
-    .env("PAYHOOK_PROVIDER_TIMEOUT_MS", "10000")
+    // A lease that outlasts one call (4 s) with the clock's second and the writes after it.
+    .env("PAYHOOK_LEASE_MS", "6500")
+    .env("PAYHOOK_PROVIDER_TIMEOUT_MS", "4000")
     .env("RUST_LOG", "error")
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::null())
@@ -933,14 +987,17 @@ async fn sigkill_while_the_provider_holds_the_call_then_a_retry_asks_and_sends_n
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(request.await.unwrap().is_none_or(|(s, _)| s >= 500));
-    // AND a new process serves the caller's retry once the lease is over
+    // AND a new process serves the caller's retries: 409 while the lease holds, 202 while the
+    // killed call's fence holds (nobody asks), then an answer from asking
     fake.lock().unwrap().mode = Some(Mode::Pending);
     let mut child = serve(&store, &url, port);
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
     let mut answer = None;
-    for _ in 0..60 {
+    for _ in 0..200 {
         if let Some((status, v)) = post_payout(port, "kill-1", &body).await {
-            if status != 409 && status < 500 {
+            if status == 202 {
+                assert_eq!(fake.lock().unwrap().gets, 0, "asked inside the fence");
+            }
+            if status != 409 && status != 202 && status < 500 {
                 answer = Some((status, v));
                 break;
             }

@@ -646,9 +646,10 @@ async fn serve(
         // Never open: a route that moves money out needs its token even on loopback.
         a.payouts = crate::runtime::payout_service(
             &config,
-            match &config.payout_token {
-                Some(t) => crate::http::payouts::PayoutAccess::Token(t.clone()),
-                None => crate::http::payouts::PayoutAccess::Off,
+            if config.payout_callers.is_empty() {
+                crate::http::payouts::PayoutAccess::Off
+            } else {
+                crate::http::payouts::PayoutAccess::Callers(config.payout_callers.clone())
             },
         );
     }

@@ -8,6 +8,8 @@ use serde_json::json;
 use super::{operator, print_json, usage, CliError};
 use crate::config::Config;
 use crate::dynamodb::DynamoStore;
+use crate::idempotency::Claims;
+use crate::payouts::calls::needs_person;
 use crate::payouts::{Limits, PayoutId, PayoutRequest, Payouts, RequestKey, Transfers};
 use crate::pipeline::{PayoutCall, Pipeline};
 use crate::reconcile::HttpProviderApi;
@@ -40,6 +42,10 @@ pub enum PayoutsAction {
     List {
         #[arg(long, default_value_t = 100)]
         max: usize,
+        /// Only those that need a person (past PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S, or sent as
+        /// often as allowed with no transfer shown), each with why.
+        #[arg(long)]
+        unsettled: bool,
     },
 }
 
@@ -62,11 +68,11 @@ pub async fn run(
                 usage("--destination", serde_json::from_str(&destination))?;
             let body = json!({"provider": provider, "account": account, "amount": amount,
                 "currency": currency, "destination": destination, "narration": narration});
-            let api = HttpProviderApi::new(config.api_endpoints.clone())?.with_timeout(
-                std::time::Duration::from_millis(
+            let api = HttpProviderApi::new(config.api_endpoints.clone())?
+                .with_timeout(std::time::Duration::from_millis(
                     u64::try_from(config.provider_timeout_ms).unwrap_or(5_000),
-                ),
-            );
+                ))
+                .with_generic_visibility_ms(config.generic_transfer_visibility_ms);
             let supports = |p| api.supports(p);
             let request = usage(
                 "request",
@@ -89,11 +95,12 @@ pub async fn run(
                         key: &key,
                         request: &request,
                         lease_ms: config.lease_ms.min(config.max_lease_ms),
+                        aliases: &[],
                     },
                 )
                 .await
                 .map_err(|e| CliError::Other(e.to_string()))?;
-            let detail = json!({"payout": PayoutId::derive(&who, &key).as_str(),
+            let detail = json!({"payout": answer.payout.as_ref().map(PayoutId::as_str),
                 "account": request.account.as_str(), "amount": amount, "currency": request.money.currency.as_str()});
             let result = json!({"http_status": answer.status, "payout_status": answer.payout_status.map(|s| s.as_str())});
             crate::audit::record(&who, "payouts.create", &detail, Ok(&result));
@@ -108,13 +115,35 @@ pub async fn run(
             let id = PayoutId::parse(&payout)
                 .ok_or_else(|| CliError::Usage("payout: po_ and 32 hex digits".into()))?;
             match store.payout(&id).await? {
-                Some(record) => print_json(&record),
+                Some(record) => {
+                    let text = crate::http::payouts::payout_json(&record)
+                        .map_err(|e| CliError::Other(e.to_string()))?;
+                    println!("{text}");
+                    Ok(())
+                }
                 None => Err(CliError::Other(format!("no payout {id}"))),
             }
         }
-        PayoutsAction::List { max } => {
+        PayoutsAction::List { max, unsettled } => {
             let open = store.open_payouts(i64::MAX, max).await?;
-            print_json(&open)
+            if !unsettled {
+                return print_json(&open);
+            }
+            let (now, horizon) = (store.now_ms(), config.reconcile.payout_unresolved_after_ms);
+            let people: Vec<_> = open
+                .iter()
+                .filter_map(|p| {
+                    needs_person(p, now, horizon).map(|why| {
+                        json!({"payout": p.payout.as_str(), "status": p.status.as_str(),
+                            "provider": p.provider.as_str(), "reference": p.payout.as_str(),
+                            "account": p.account.as_str(), "amount": p.amount,
+                            "currency": p.currency.as_str(), "sends": p.sends,
+                            "provider_status": p.provider_status, "age_s": (now - p.created_at_ms) / 1_000,
+                            "why": why})
+                    })
+                })
+                .collect();
+            print_json(&people)
         }
     }
 }

@@ -416,6 +416,9 @@ pub struct TransferFacts {
     pub state: TransferState,
     /// The provider's own status word (`success`, `SUCCESSFUL`, `reversed`), for the record.
     pub provider_status: String,
+    /// The money the word names, when it names any: a word moves a payout only if it names the
+    /// payout's own amount and currency. Not part of the claim's fingerprint (the word is).
+    pub money: Option<Money>,
 }
 
 /// See [`EventKind::DisputeUnpriced`].
@@ -789,6 +792,7 @@ impl ClaimedFacts {
                 reference: Reference::parse(&reference).map_err(|e| e.to_string())?,
                 state,
                 provider_status: state.as_str().to_owned(),
+                money: None,
             }),
         })
     }

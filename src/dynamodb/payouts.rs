@@ -43,9 +43,10 @@ use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{AccountId, Currency, IdempotencyKey, ProviderId, TransferState};
 use crate::ledger::{Ledger, PostOutcome, Posting};
+use crate::payouts::calls::{CallKind, CallTicket, ProviderNote, CALL_MARGIN_MS};
 use crate::payouts::{
-    reservation_key, settle, NewPayout, PayoutId, PayoutRecord, PayoutStatus, Payouts,
-    SettleOutcome, Settlement,
+    foreign, reservation_key, settle, NewPayout, PayoutId, PayoutRecord, PayoutStatus, Payouts,
+    SettleOutcome, Settlement, WordOrigin,
 };
 use crate::store::StoreError;
 
@@ -98,6 +99,12 @@ fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
         words: r.str_set("words"),
         sends: u32_of("sends")?,
         ambiguous: matches!(item.get("ambiguous"), Some(AttributeValue::Bool(true))),
+        accepted: matches!(item.get("accepted"), Some(AttributeValue::Bool(true))),
+        refused: r.opt_str("refused").map(str::to_owned),
+        // Absent on payouts of the previous schema: no fence, and no window recorded (a lookup
+        // then proves absence at once, as it did when they were sent).
+        call_until_ms: r.opt_num("call_until_ms")?.unwrap_or(0),
+        absent_after_ms: r.opt_num("absent_after_ms")?.unwrap_or(0),
         provider_status: r.opt_str("provider_status").map(str::to_owned),
         available_minor: r.opt_num("available_minor")?,
         created_at_ms: r.num("created_at_ms")?,
@@ -398,59 +405,90 @@ impl Payouts for DynamoStore {
         })
     }
 
-    async fn mark_sent(
+    async fn take_call(
         &self,
         id: &PayoutId,
-        seen: u32,
+        t: CallTicket<'_>,
     ) -> Result<Option<PayoutRecord>, StoreError> {
         let table = &self.tables.payments;
-        let result = self
+        let now = self.clock.now_ms();
+        let until = now
+            .saturating_add(t.bound_ms)
+            .saturating_add(CALL_MARGIN_MS);
+        // Nobody else's call may still run: its fence has passed, or it is ours.
+        let free = "(attribute_not_exists(call_until_ms) OR call_until_ms <= :now OR call_holder = :holder)";
+        let update = self
             .client
             .update_item()
             .table_name(table)
             .key("pk", s(payout_pk(id)))
-            .update_expression(
-                "SET payout_status = :sent, sends = :next, ambiguous = :t, updated_at_ms = :now",
-            )
-            .condition_expression("payout_status IN (:reserved, :sent) AND sends = :seen")
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":until", n(until))
+            .expression_attribute_values(":holder", s(t.holder))
             .expression_attribute_values(":sent", s(PayoutStatus::Sent.as_str()))
-            .expression_attribute_values(":reserved", s(PayoutStatus::Reserved.as_str()))
-            .expression_attribute_values(":seen", n(i64::from(seen)))
-            .expression_attribute_values(":next", n(i64::from(seen) + 1))
-            // Until the provider answers, the send's outcome is unknown.
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
-            .expression_attribute_values(":now", n(self.clock.now_ms()))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .send()
-            .await;
-        match result {
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        let update = match t.kind {
+            CallKind::Send => update
+                .update_expression(
+                    "SET payout_status = :sent, sends = :next, ambiguous = :t, call_until_ms = :until, \
+                     absent_after_ms = :absent, call_holder = :holder, updated_at_ms = :now REMOVE refused",
+                )
+                // Never again once the provider has the transfer; one send per `sends` seen.
+                .condition_expression(format!(
+                    "payout_status IN (:reserved, :sent) AND sends = :seen \
+                     AND (attribute_not_exists(accepted) OR accepted = :f) AND {free}"
+                ))
+                .expression_attribute_values(":reserved", s(PayoutStatus::Reserved.as_str()))
+                .expression_attribute_values(":seen", n(i64::from(t.seen_sends)))
+                .expression_attribute_values(":next", n(i64::from(t.seen_sends) + 1))
+                // Until the provider answers, the send's outcome is unknown.
+                .expression_attribute_values(":t", AttributeValue::Bool(true))
+                .expression_attribute_values(":f", AttributeValue::Bool(false))
+                .expression_attribute_values(
+                    ":absent",
+                    n(until.saturating_add(t.visibility_ms)),
+                ),
+            CallKind::Ask => update
+                .update_expression("SET call_until_ms = :until, call_holder = :holder, updated_at_ms = :now")
+                .condition_expression(format!("payout_status = :sent AND {free}")),
+        };
+        match update.send().await {
             Ok(out) => out.attributes.map(|i| to_record(&i, table)).transpose(),
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| None),
         }
     }
 
-    async fn note_provider(
-        &self,
-        id: &PayoutId,
-        ambiguous: bool,
-        provider_status: &str,
-    ) -> Result<(), StoreError> {
+    async fn note_provider(&self, id: &PayoutId, note: ProviderNote<'_>) -> Result<(), StoreError> {
         let table = &self.tables.payments;
-        let result = self
+        let mut sets = vec!["provider_status = :ps", "updated_at_ms = :now"];
+        if note.accepted {
+            sets.push("accepted = :t");
+        }
+        if note.refused {
+            sets.push("refused = :ps");
+        }
+        if note.accepted || note.refused {
+            // Its outcome is known now: the provider answered.
+            sets.push("ambiguous = :f");
+        }
+        let mut update = self
             .client
             .update_item()
             .table_name(table)
             .key("pk", s(payout_pk(id)))
-            .update_expression("SET ambiguous = :a, provider_status = :ps, updated_at_ms = :now")
+            .update_expression(format!("SET {}", sets.join(", ")))
             // Only an open payout: a settled one keeps the word that settled it.
             .condition_expression("payout_status = :sent")
-            .expression_attribute_values(":a", AttributeValue::Bool(ambiguous))
-            .expression_attribute_values(":ps", s(provider_status))
+            .expression_attribute_values(":ps", s(note.status))
             .expression_attribute_values(":sent", s(PayoutStatus::Sent.as_str()))
-            .expression_attribute_values(":now", n(self.clock.now_ms()))
-            .send()
-            .await;
-        match result {
+            .expression_attribute_values(":now", n(self.clock.now_ms()));
+        if note.accepted {
+            update = update.expression_attribute_values(":t", AttributeValue::Bool(true));
+        }
+        if note.accepted || note.refused {
+            update = update.expression_attribute_values(":f", AttributeValue::Bool(false));
+        }
+        match update.send().await {
             Ok(_) => Ok(()),
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
         }
@@ -459,6 +497,7 @@ impl Payouts for DynamoStore {
     async fn settle_payout(
         &self,
         id: &PayoutId,
+        origin: WordOrigin,
         word: TransferState,
         provider_status: &str,
     ) -> Result<SettleOutcome, StoreError> {
@@ -467,6 +506,12 @@ impl Payouts for DynamoStore {
             let Some(current) = self.get_payout_item(id).await? else {
                 return Ok(SettleOutcome::Unknown);
             };
+            if let Some(reason) = foreign(&current, &origin) {
+                return Ok(SettleOutcome::Foreign {
+                    record: current,
+                    reason,
+                });
+            }
             let applied_before = current.words.iter().any(|w| w == word.as_str());
             let rule = settle(current.status, word);
             if applied_before {
@@ -517,11 +562,13 @@ impl Payouts for DynamoStore {
                     "SET {} ADD words :w REMOVE #open",
                     sets.join(", ")
                 ))
+                // The provider too, in the statement itself: a word moves only its own payouts.
                 .condition_expression(format!(
-                    "payout_status IN ({}) AND (attribute_not_exists(words) OR NOT contains(words, :word))",
+                    "payout_status IN ({}) AND provider = :prov AND (attribute_not_exists(words) OR NOT contains(words, :word))",
                     (0..from.len()).map(|i| format!(":f{i}")).collect::<Vec<_>>().join(", ")
                 ))
                 .expression_attribute_names("#open", "open")
+                .expression_attribute_values(":prov", s(origin.provider.as_str()))
                 .expression_attribute_values(":to", s(to.as_str()))
                 .expression_attribute_values(":ps", s(provider_status))
                 .expression_attribute_values(":f", AttributeValue::Bool(false))

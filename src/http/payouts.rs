@@ -2,10 +2,15 @@
 //!
 //! Money leaves through these, so they never run open: in Lambda the caller is the IAM
 //! principal API Gateway's `AWS_IAM` authorizer put in the request context (a request without
-//! one is refused, 403); outside Lambda every request needs `Authorization: Bearer
-//! <PAYHOOK_PAYOUT_TOKEN>` (compared in constant time; missing 401, wrong 403), and without a
-//! token set the routes are off. Keys are the caller's: the payout id is derived from the
-//! caller and the key, so two callers' equal keys are two payouts.
+//! one is refused, 403); outside Lambda every request needs `Authorization: Bearer <token>` of
+//! a configured caller (compared in constant time; missing 401, wrong 403), and without one the
+//! routes are off.
+//!
+//! Keys are the caller's, and a caller is a name, never a credential: the payout id is derived
+//! from the caller's name and the key, so two callers' equal keys are two payouts, and one
+//! caller's retry names the same payout after its token rotated (several tokens may name one
+//! caller) or from another session of the same IAM role (the role is the caller; the
+//! assumed-role session name is dropped).
 
 use std::sync::Arc;
 
@@ -31,10 +36,95 @@ pub const PAYOUT_ROUTES: [(&str, &str); 2] = [("POST", "/payouts"), ("GET", "/pa
 pub enum PayoutAccess {
     /// IAM principals (Lambda, the default).
     Iam,
-    /// Bearers of `PAYHOOK_PAYOUT_TOKEN` (`payhook serve`).
-    Token(ReadToken),
+    /// Named callers, each with its bearer tokens (`payhook serve`).
+    Callers(Vec<PayoutCaller>),
     /// Nobody (`payhook serve` without a payout token).
     Off,
+}
+
+impl PayoutAccess {
+    /// One caller, `local`, with one token.
+    pub fn token(token: ReadToken) -> Self {
+        PayoutAccess::Callers(vec![PayoutCaller {
+            name: LOCAL_CALLER.to_owned(),
+            tokens: vec![token],
+        }])
+    }
+}
+
+/// The caller `PAYHOOK_PAYOUT_TOKEN`'s tokens name.
+pub const LOCAL_CALLER: &str = "local";
+
+/// A caller of the payout routes under `payhook serve`: a name (what keys are scoped by) and
+/// the tokens that name it (more than one while a token is rotated).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayoutCaller {
+    pub name: String,
+    pub tokens: Vec<ReadToken>,
+}
+
+impl PayoutCaller {
+    /// `PAYHOOK_PAYOUT_TOKEN` (space-separated tokens of `local`) and `PAYHOOK_PAYOUT_CALLERS`
+    /// (`name=token[,token]`, space-separated). `Err` names the variable and the reason.
+    pub fn from_env(
+        token: Option<&str>,
+        callers: Option<&str>,
+    ) -> Result<Vec<PayoutCaller>, (&'static str, &'static str)> {
+        const SHORT: &str = "each token must be at least 24 characters";
+        let tokens = |name: &'static str, list: &mut dyn Iterator<Item = &str>| {
+            list.map(|t| ReadToken::new(t).ok_or((name, SHORT)))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let mut out = Vec::new();
+        if let Some(v) = token.filter(|v| !v.trim().is_empty()) {
+            out.push(PayoutCaller {
+                name: LOCAL_CALLER.to_owned(),
+                tokens: tokens("PAYHOOK_PAYOUT_TOKEN", &mut v.split_whitespace())?,
+            });
+        }
+        const NAME: &str = "PAYHOOK_PAYOUT_CALLERS";
+        for entry in callers.unwrap_or("").split_whitespace() {
+            let (name, list) = entry
+                .split_once('=')
+                .ok_or((NAME, "each caller is name=token[,token]"))?;
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Err((NAME, "a caller's name is 1 to 64 letters, digits, - or _"));
+            }
+            if out.iter().any(|c: &PayoutCaller| c.name == name) {
+                return Err((NAME, "a caller is named twice"));
+            }
+            out.push(PayoutCaller {
+                name: name.to_owned(),
+                tokens: tokens(NAME, &mut list.split(','))?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Who a payout request is from: the name keys are scoped by, and the names the same caller had
+/// before callers were named (a payout opened under one of them is found again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub name: String,
+    pub aliases: Vec<String>,
+}
+
+/// The IAM caller a key is scoped by: an assumed role's session name is dropped (a retry from
+/// a replacement task or instance is the same caller); anything else is the ARN itself.
+pub fn iam_caller_name(arn: &str) -> String {
+    match arn.split_once(":assumed-role/") {
+        Some((prefix, rest)) => match rest.split_once('/') {
+            Some((role, _session)) => format!("{prefix}:assumed-role/{role}"),
+            None => arn.to_owned(),
+        },
+        None => arn.to_owned(),
+    }
 }
 
 /// What the payout routes need besides the pipeline.
@@ -63,7 +153,7 @@ fn invalid(e: &FieldError) -> Response {
 }
 
 /// The caller, or the refusal.
-fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Box<Response>> {
+fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<Caller, Box<Response>> {
     let Some(service) = &app.payouts else {
         return Err(Box::new(error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -72,14 +162,19 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Box<Response>>
         )));
     };
     match &service.access {
-        PayoutAccess::Iam => iam_caller(req).ok_or_else(|| {
-            Box::new(error(
+        PayoutAccess::Iam => match iam_caller(req) {
+            Some(arn) => {
+                let name = iam_caller_name(&arn);
+                let aliases = if name == arn { vec![] } else { vec![arn] };
+                Ok(Caller { name, aliases })
+            }
+            None => Err(Box::new(error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 "payouts need an IAM-authorized (SigV4-signed) request",
-            ))
-        }),
-        PayoutAccess::Token(token) => {
+            ))),
+        },
+        PayoutAccess::Callers(callers) => {
             let presented = req
                 .headers()
                 .get("authorization")
@@ -92,18 +187,28 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Box<Response>>
                     let mut res = error(
                         StatusCode::UNAUTHORIZED,
                         "unauthorized",
-                        "payouts need Authorization: Bearer <PAYHOOK_PAYOUT_TOKEN>",
+                        "payouts need Authorization: Bearer <a payout caller's token>",
                     );
                     res.headers_mut()
                         .insert("www-authenticate", HeaderValue::from_static("Bearer"));
                     Err(Box::new(res))
                 }
-                Some(t) if token.matches(t) => Ok(format!("token:{}", token.id())),
-                Some(_) => Err(Box::new(error(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "wrong bearer token",
-                ))),
+                Some(t) => match matching(callers, t) {
+                    Some(c) => Ok(Caller {
+                        name: format!("caller:{}", c.name),
+                        // Before callers were named, the scope was the token's own id.
+                        aliases: c
+                            .tokens
+                            .iter()
+                            .map(|tok| format!("token:{}", tok.id()))
+                            .collect(),
+                    }),
+                    None => Err(Box::new(error(
+                        StatusCode::FORBIDDEN,
+                        "forbidden",
+                        "wrong bearer token",
+                    ))),
+                },
             }
         }
         PayoutAccess::Off => Err(Box::new(error(
@@ -112,6 +217,20 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<String, Box<Response>>
             "payouts are off: set PAYHOOK_PAYOUT_TOKEN to serve them locally",
         ))),
     }
+}
+
+/// The caller whose token `presented` is. Every token is compared (in constant time), so the
+/// time taken says nothing about which caller or token came close.
+fn matching<'a>(callers: &'a [PayoutCaller], presented: &str) -> Option<&'a PayoutCaller> {
+    let mut found = None;
+    for c in callers {
+        for t in &c.tokens {
+            if t.matches(presented) && found.is_none() {
+                found = Some(c);
+            }
+        }
+    }
+    found
 }
 
 async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) -> Response {
@@ -153,18 +272,19 @@ async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) ->
         Err(e) => return invalid(&e),
     };
     let call = PayoutCall {
-        caller: &who,
+        caller: &who.name,
         key: &key,
         request: &request,
         lease_ms,
+        aliases: &who.aliases,
     };
     match app.pipeline.payout(&service.api, call).await {
         Ok(answer) => {
             crate::audit::record(
-                &who,
+                &who.name,
                 "payout",
                 &json!({
-                    "payout": PayoutId::derive(&who, &key).as_str(),
+                    "payout": answer.payout.as_ref().map(PayoutId::as_str),
                     "provider": request.provider.as_str(),
                     "account": request.account.as_str(),
                     "amount": request.money.amount.get(),
@@ -187,6 +307,16 @@ async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) ->
             )
         }
     }
+}
+
+/// A payout's record as `GET /payouts/{payout}` and `payhook payouts show` give it: with the
+/// `reference` its transfer was sent under, as the POST answer names it.
+pub fn payout_json(record: &crate::payouts::PayoutRecord) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(record)?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("reference".into(), json!(record.payout.as_str()));
+    }
+    serde_json::to_string(&value)
 }
 
 fn respond(a: PayoutAnswer) -> Response {
@@ -222,7 +352,7 @@ async fn show<S: Store>(
         ));
     };
     match app.pipeline.store().payout(&id).await {
-        Ok(Some(record)) => match serde_json::to_string(&record) {
+        Ok(Some(record)) => match payout_json(&record) {
             Ok(body) => {
                 (StatusCode::OK, [("content-type", "application/json")], body).into_response()
             }

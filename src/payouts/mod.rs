@@ -20,6 +20,8 @@
 //! Statuses only move right in the order `reserved < sent < failed < paid < reversed`, so each
 //! final word is applied at most once and every order of the provider's words converges.
 
+pub mod calls;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 
@@ -38,7 +40,8 @@ pub const MAX_KEY_LEN: usize = 255;
 /// whole on the claim (so reconciliation can finish it).
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// Sends of one payout's transfer at most (the first and resends under the same reference after
-/// the provider said it never got it); past that the payout waits for a human.
+/// a lookup past the send's visibility window found nothing); past that the payout waits for a
+/// person, never for a guess.
 pub const MAX_SENDS: u32 = 3;
 
 /// A payout's id, which is also the reference its transfer is sent under: `po_` and 32 hex
@@ -351,6 +354,15 @@ pub struct PayoutRecord {
     pub sends: u32,
     /// The last send's outcome is unknown (a timeout, a reset, a 5xx): ask before anything else.
     pub ambiguous: bool,
+    /// The provider has said it has the transfer: a lookup that then finds nothing is its lag.
+    pub accepted: bool,
+    /// The provider refused the last send (a 4xx), as it worded it: asked about once, then failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// No call for this reference may start before this store time (see [`calls`]).
+    pub call_until_ms: i64,
+    /// From this store time a lookup that finds nothing proves the last send never arrived.
+    pub absent_after_ms: i64,
     /// The provider's last status word, as it wrote it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_status: Option<String>,
@@ -462,8 +474,43 @@ pub enum SettleOutcome {
     },
     Stale(PayoutRecord),
     Undecided(PayoutRecord),
+    /// The word is not about this payout: another provider's, or other money. Moves nothing.
+    Foreign {
+        record: PayoutRecord,
+        reason: String,
+    },
     /// No payout under that reference: a transfer payhook did not send.
     Unknown,
+}
+
+/// Who says a word about a payout, and what money it names (when it names any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordOrigin {
+    pub provider: ProviderId,
+    pub money: Option<Money>,
+}
+
+/// A word moves only the payout it is about: one from the payout's own provider, naming its
+/// amount and currency when it names money. `Some(reason)` when it is not.
+pub fn foreign(record: &PayoutRecord, origin: &WordOrigin) -> Option<String> {
+    if origin.provider != record.provider {
+        return Some(format!(
+            "a {} word about a payout sent through {}",
+            origin.provider, record.provider
+        ));
+    }
+    match origin.money {
+        Some(m) if m.amount.get() != record.amount || m.currency != record.currency => {
+            Some(format!(
+                "the word names {} {} for a payout of {} {}",
+                m.amount.get(),
+                m.currency,
+                record.amount,
+                record.currency
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The payouts capability of a store.
@@ -487,28 +534,30 @@ pub trait Payouts: Sync {
         payout: &PayoutRecord,
     ) -> impl Future<Output = Result<PayoutRecord, StoreError>> + Send;
 
-    /// Marks the transfer as about to be sent, `sends` = `seen` → `seen + 1` (from `reserved`,
-    /// or `sent` for a resend under the same reference). `None`: someone else moved it first,
-    /// and this attempt must not call.
-    fn mark_sent(
+    /// Takes the right to make one call for the payout's reference (see [`calls`]): one
+    /// conditional write that records until when the call may run, and for a send `sends` =
+    /// `seen` → `seen + 1`. `None`: a call of someone else's may still run, or the payout moved
+    /// on, and this attempt must not call.
+    fn take_call(
         &self,
         id: &PayoutId,
-        seen: u32,
+        ticket: calls::CallTicket<'_>,
     ) -> impl Future<Output = Result<Option<PayoutRecord>, StoreError>> + Send;
 
-    /// Records what the provider said that settles nothing (accepted and pending, or no answer:
-    /// `ambiguous`).
+    /// Records what the provider said that settles nothing (accepted and pending, a refusal to
+    /// ask about, or no answer).
     fn note_provider(
         &self,
         id: &PayoutId,
-        ambiguous: bool,
-        provider_status: &str,
+        note: calls::ProviderNote<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Applies a final word, under its key (one conditional write).
+    /// Applies a final word, under its key (one conditional write), if it is the payout's own
+    /// provider's and names the payout's money ([`foreign`]).
     fn settle_payout(
         &self,
         id: &PayoutId,
+        origin: WordOrigin,
         word: TransferState,
         provider_status: &str,
     ) -> impl Future<Output = Result<SettleOutcome, StoreError>> + Send;
@@ -529,9 +578,12 @@ pub enum TransferAnswer {
         state: TransferState,
         status: String,
     },
-    /// It has no transfer under the reference (asked), or refused to create one (sent: a 4xx
-    /// with this status).
+    /// Asked: it has no transfer under the reference (a 404, an empty list). Not a word about
+    /// money by itself: see [`calls`] for what it proves when.
     Absent { status: String },
+    /// Sent: it refused to create the transfer (a 4xx other than the retryable ones), with
+    /// this status.
+    Refused { status: String },
 }
 
 /// A call whose outcome is unknown: a timeout, a reset, a 5xx, an answer we cannot read.
@@ -567,6 +619,12 @@ pub trait Transfers: Sync {
 
     /// Whether transfers can be sent through `provider` here.
     fn supports(&self, provider: ProviderId) -> bool;
+
+    /// The bound of one call (its timeout): what a fence must cover.
+    fn bound_ms(&self) -> i64;
+
+    /// How long after a send the provider may still make its transfer visible to a lookup.
+    fn visibility_ms(&self, provider: ProviderId) -> i64;
 }
 
 #[cfg(test)]

@@ -6,7 +6,13 @@
 //!
 //! A call that times out, resets or answers 5xx is *ambiguous*: the payout stays `sent`
 //! (answered 202), and whoever looks next asks the provider about the reference before any new
-//! call, and resends only under the same reference, only when the provider says it has none.
+//! call, never while the first call may still run (the fence), and resends only under the same
+//! reference, only when a lookup past the send's visibility window finds nothing. Money comes
+//! back only on the provider's word: see [`crate::payouts::calls`].
+//!
+//! Every answer about a payout is the payout as it is: its body and `Payout-Status` agree, and
+//! only the attempt that finalized the key's claim answers first-hand (the others are marked
+//! `Idempotent-Replayed`).
 
 use serde::Serialize;
 
@@ -14,9 +20,12 @@ use super::{Answer, Delivered, Pipeline, PipelineError, Store};
 use crate::domain::{EventKind, NormalisedEvent, TransferFacts, TransferState};
 use crate::eventlog::Outcome;
 use crate::idempotency::{ClaimOutcome, FinalizeOutcome, OwnerToken, StoredResponse};
+use crate::payouts::calls::{
+    may_resend, next, AskPurpose, Budget, CallKind, CallTicket, Next, ProviderNote,
+};
 use crate::payouts::{
     reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutRequest, PayoutStatus, RequestKey,
-    TransferAnswer, TransferCall, Transfers, MAX_SENDS,
+    TransferAnswer, TransferCall, Transfers,
 };
 
 /// One payout request as the caller made it.
@@ -27,6 +36,9 @@ pub struct PayoutCall<'a> {
     pub key: &'a RequestKey,
     pub request: &'a PayoutRequest,
     pub lease_ms: i64,
+    /// Earlier names of the same caller (before keys were scoped by a named caller): a payout
+    /// already opened under one of them is the one this key names.
+    pub aliases: &'a [String],
 }
 
 /// What to answer a payout request.
@@ -39,6 +51,8 @@ pub struct PayoutAnswer {
     pub retry_after_s: Option<u64>,
     /// The payout's status now (`Payout-Status`), when there is a payout.
     pub payout_status: Option<PayoutStatus>,
+    /// The payout the key names, when the answer is about one.
+    pub payout: Option<PayoutId>,
 }
 
 #[derive(Serialize)]
@@ -84,7 +98,9 @@ pub fn answer_of(record: &PayoutRecord) -> (u16, String) {
         };
         return (422, json(&body));
     }
-    let status = if record.status == PayoutStatus::Sent && record.ambiguous {
+    // Sent, and the provider has not said it has the transfer: not known yet.
+    let unresolved = record.status == PayoutStatus::Sent && !record.accepted;
+    let status = if unresolved && (record.ambiguous || record.refused.is_some()) {
         202
     } else {
         201
@@ -108,20 +124,19 @@ impl<S: Store> Pipeline<S> {
         transfers: &T,
         call: PayoutCall<'_>,
     ) -> Result<PayoutAnswer, PipelineError> {
-        let id = PayoutId::derive(call.caller, call.key);
+        let id = self.payout_id(&call).await?;
         let key = id.claim_key();
         let fingerprint = call.request.fingerprint();
+        let look = Look::new(call.lease_ms);
         match self.store.claim(&key, &fingerprint, call.lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
                     tracing::info!(payout = %id, "took over an expired payout claim; resuming");
                 }
-                self.drive_and_finalize(transfers, &id, call.request, &token, call.lease_ms)
+                self.drive_and_finalize(transfers, &id, call.request, &token, &look)
                     .await
             }
-            ClaimOutcome::Replay(stored) => {
-                self.replayed(transfers, &id, stored, call.lease_ms).await
-            }
+            ClaimOutcome::Replay(stored) => self.replayed(transfers, &id, stored, &look).await,
             ClaimOutcome::InFlight { retry_after_ms } => {
                 let retry_after_s = (retry_after_ms.max(1) + 999) / 1_000;
                 let body = Refusal {
@@ -137,6 +152,7 @@ impl<S: Store> Pipeline<S> {
                     replayed: false,
                     retry_after_s: u64::try_from(retry_after_s).ok(),
                     payout_status: None,
+                    payout: Some(id.clone()),
                 })
             }
             ClaimOutcome::Conflict { .. } => {
@@ -153,9 +169,22 @@ impl<S: Store> Pipeline<S> {
                     replayed: false,
                     retry_after_s: None,
                     payout_status: None,
+                    payout: None,
                 })
             }
         }
+    }
+
+    /// The payout a caller's key names: the one already opened under an earlier name of the
+    /// caller (a request in flight across the release that named callers), else the caller's.
+    async fn payout_id(&self, call: &PayoutCall<'_>) -> Result<PayoutId, PipelineError> {
+        for alias in call.aliases {
+            let old = PayoutId::derive(alias, call.key);
+            if self.store.payout(&old).await?.is_some() {
+                return Ok(old);
+            }
+        }
+        Ok(PayoutId::derive(call.caller, call.key))
     }
 
     /// Finishes a payout claim whose request died (reconciliation): takes it over with the
@@ -168,25 +197,29 @@ impl<S: Store> Pipeline<S> {
         lease_ms: i64,
     ) -> Result<PayoutAnswer, PipelineError> {
         let key = id.claim_key();
+        let look = Look::new(lease_ms);
         match self
             .store
             .claim(&key, &request.fingerprint(), lease_ms)
             .await?
         {
             ClaimOutcome::Claimed { token, .. } => {
-                self.drive_and_finalize(transfers, id, request, &token, lease_ms)
+                self.drive_and_finalize(transfers, id, request, &token, &look)
                     .await
             }
-            ClaimOutcome::Replay(stored) => self.replayed(transfers, id, stored, lease_ms).await,
+            ClaimOutcome::Replay(stored) => self.replayed(transfers, id, stored, &look).await,
             ClaimOutcome::InFlight { .. } | ClaimOutcome::Conflict { .. } => {
                 let record = self.store.payout(id).await?;
-                let (status, body) = record.as_ref().map_or((409, String::new()), answer_of);
-                Ok(PayoutAnswer {
-                    status,
-                    body,
-                    replayed: false,
-                    retry_after_s: None,
-                    payout_status: record.map(|r| r.status),
+                Ok(match record {
+                    Some(r) => told(&r, true),
+                    None => PayoutAnswer {
+                        status: 409,
+                        body: String::new(),
+                        replayed: true,
+                        retry_after_s: None,
+                        payout_status: None,
+                        payout: Some(id.clone()),
+                    },
                 })
             }
         }
@@ -198,7 +231,7 @@ impl<S: Store> Pipeline<S> {
         id: &PayoutId,
         request: &PayoutRequest,
         token: &OwnerToken,
-        lease_ms: i64,
+        look: &Look,
     ) -> Result<PayoutAnswer, PipelineError> {
         let layout = self.store.placement_layout().await?;
         let shard = layout.place(&reservation_key(request.provider, id));
@@ -210,79 +243,80 @@ impl<S: Store> Pipeline<S> {
                 shard,
             })
             .await?;
-        let record = self.resolve(transfers, record, lease_ms).await?;
+        let record = self.look_at(transfers, record, look).await?;
         let (status, body) = answer_of(&record);
-        let stored = StoredResponse {
-            status,
-            body: body.clone(),
-        };
-        let (status, body, replayed) =
-            match self.store.finalize(&id.claim_key(), token, &stored).await? {
-                FinalizeOutcome::Done => (status, body, false),
-                FinalizeOutcome::Superseded(Some(theirs)) => (theirs.status, theirs.body, true),
-                // A successor holds the claim and will answer; this answer is the payout's.
-                FinalizeOutcome::Superseded(None) => (status, body, false),
-            };
-        Ok(PayoutAnswer {
-            status,
-            body,
-            replayed,
-            retry_after_s: None,
-            payout_status: Some(record.status),
-        })
+        let stored = StoredResponse { status, body };
+        // Only the attempt whose finalize lands answers first-hand; one that lost its claim
+        // tells the same payout as it is, marked replayed.
+        let first_hand = matches!(
+            self.store.finalize(&id.claim_key(), token, &stored).await?,
+            FinalizeOutcome::Done
+        );
+        Ok(told(&record, !first_hand))
     }
 
-    /// The stored answer, with the payout's status now; a send still ambiguous is first
-    /// resolved by asking the provider (a retry of the same key is one of the ways it resolves).
+    /// A key already answered: the payout as it is now (a send still unresolved is first
+    /// looked at again, within the fence: a retry of the key is one of the ways it resolves).
     async fn replayed<T: Transfers>(
         &self,
         transfers: &T,
         id: &PayoutId,
         stored: StoredResponse,
-        lease_ms: i64,
+        look: &Look,
     ) -> Result<PayoutAnswer, PipelineError> {
-        let mut record = self.store.payout(id).await?;
-        if let Some(r) = record.take() {
-            record = Some(if r.status == PayoutStatus::Sent && r.ambiguous {
-                self.resolve(transfers, r, lease_ms).await?
-            } else {
-                r
-            });
+        match self.store.payout(id).await? {
+            Some(record) => {
+                let record = if record.status == PayoutStatus::Sent && !record.accepted {
+                    self.look_at(transfers, record, look).await?
+                } else {
+                    record
+                };
+                Ok(told(&record, true))
+            }
+            None => Ok(PayoutAnswer {
+                status: stored.status,
+                body: stored.body,
+                replayed: true,
+                retry_after_s: None,
+                payout_status: None,
+                payout: Some(id.clone()),
+            }),
         }
-        Ok(PayoutAnswer {
-            status: stored.status,
-            body: stored.body,
-            replayed: true,
-            retry_after_s: None,
-            payout_status: record.map(|r| r.status),
-        })
     }
 
-    /// Moves a payout as far as it can go now: decide its reservation, send it, or ask about
-    /// a send whose outcome is unknown (and resend under the same reference only if the
-    /// provider has none). Returns the record as it then is.
+    /// Moves a payout as far as it can go now (reconciliation's entry): decide its
+    /// reservation, send it, or ask about it, as [`next`] says, within `lease_ms`.
     pub async fn resolve<T: Transfers>(
         &self,
         transfers: &T,
-        mut record: PayoutRecord,
+        record: PayoutRecord,
         lease_ms: i64,
     ) -> Result<PayoutRecord, PipelineError> {
+        self.look_at(transfers, record, &Look::new(lease_ms)).await
+    }
+
+    /// One look at a payout: at most one send and one question (or a question and a resend),
+    /// each behind the fence and inside the budget. Returns the record as it then is.
+    async fn look_at<T: Transfers>(
+        &self,
+        transfers: &T,
+        mut record: PayoutRecord,
+        look: &Look,
+    ) -> Result<PayoutRecord, PipelineError> {
         for _ in 0..4 {
-            let id = record.payout.clone();
-            match record.status {
-                PayoutStatus::New => record = self.store.reserve(&record).await?,
-                PayoutStatus::Reserved => match self.store.mark_sent(&id, record.sends).await? {
-                    Some(marked) => {
-                        self.send(transfers, &marked, lease_ms).await?;
+            match next(&record, self.store.now_ms()) {
+                Next::Reserve => record = self.store.reserve(&record).await?,
+                Next::Nothing | Next::Wait { .. } => return Ok(record),
+                Next::Send => {
+                    if self.send(transfers, &record, look).await? {
                         return self.reread(record).await;
                     }
-                    None => record = self.reread(record).await?,
-                },
-                PayoutStatus::Sent if record.ambiguous => {
-                    self.ask(transfers, &record, lease_ms).await?;
+                    record = self.reread(record).await?;
+                }
+                Next::Ask(purpose) => {
+                    self.ask(transfers, &record, purpose, look).await?;
                     return self.reread(record).await;
                 }
-                _ => return Ok(record),
             }
         }
         Ok(record)
@@ -295,90 +329,184 @@ impl<S: Store> Pipeline<S> {
         record: &PayoutRecord,
         lease_ms: i64,
     ) -> Result<PayoutRecord, PipelineError> {
-        self.ask(transfers, record, lease_ms).await?;
-        self.reread(record.clone()).await
+        self.resolve(transfers, record.clone(), lease_ms).await
     }
 
     async fn reread(&self, record: PayoutRecord) -> Result<PayoutRecord, PipelineError> {
         Ok(self.store.payout(&record.payout).await?.unwrap_or(record))
     }
 
-    /// Sends the transfer (the record is marked sent) and applies what the provider answered.
+    /// Takes the fence for one call, if the provider can be called from here and the budget
+    /// outlasts the call. `None`: do not call.
+    async fn fence<T: Transfers>(
+        &self,
+        transfers: &T,
+        record: &PayoutRecord,
+        kind: CallKind,
+        look: &Look,
+    ) -> Result<Option<PayoutRecord>, PipelineError> {
+        if !transfers.supports(record.provider) {
+            // Another process (with the provider's API configured) calls; this one must not
+            // decide anything from its own configuration.
+            tracing::warn!(payout = %record.payout, provider = %record.provider, "no transfer API for this provider here; the payout waits for a process that has one");
+            return Ok(None);
+        }
+        let bound_ms = transfers.bound_ms();
+        if !look.budget.allows(bound_ms) {
+            tracing::info!(payout = %record.payout, ?kind, "too little time left for a call; the payout is left for the next look");
+            return Ok(None);
+        }
+        let ticket = CallTicket {
+            kind,
+            holder: &look.holder,
+            seen_sends: record.sends,
+            bound_ms,
+            visibility_ms: transfers.visibility_ms(record.provider),
+        };
+        Ok(self.store.take_call(&record.payout, ticket).await?)
+    }
+
+    /// Sends the transfer (behind the fence) and applies what the provider answered. `false`
+    /// when it did not send (someone else's call may run, or no time is left).
     async fn send<T: Transfers>(
         &self,
         transfers: &T,
         record: &PayoutRecord,
-        lease_ms: i64,
-    ) -> Result<(), PipelineError> {
-        let money = record
+        look: &Look,
+    ) -> Result<bool, PipelineError> {
+        let Some(marked) = self.fence(transfers, record, CallKind::Send, look).await? else {
+            return Ok(false);
+        };
+        let money = marked
             .money()
             .map_err(|e| crate::store::StoreError::Corrupt {
                 table: "payments".into(),
-                key: record.payout.to_string(),
+                key: marked.payout.to_string(),
                 reason: e.to_string(),
             })?;
         let call = TransferCall {
-            payout: &record.payout,
+            payout: &marked.payout,
             money,
-            destination: &record.destination,
-            narration: record.narration.as_deref(),
+            destination: &marked.destination,
+            narration: marked.narration.as_deref(),
         };
-        match transfers.send(record.provider, call).await {
+        let id = &marked.payout;
+        match transfers.send(marked.provider, call).await {
             Ok(TransferAnswer::Known { state, status }) => {
-                self.word(record, state, &status, lease_ms).await
+                self.accepted(&marked, state, &status, look).await?;
             }
-            // Refused outright (a 4xx): ask whether a transfer exists under the reference
-            // before calling it failed (a duplicate reference is refused too).
+            // A lookup answer to a send: read as "no transfer", which a send never proves.
             Ok(TransferAnswer::Absent { status }) => {
-                tracing::warn!(payout = %record.payout, status, "the provider refused the transfer; asking about its reference");
-                self.ask(transfers, record, lease_ms).await
+                tracing::warn!(payout = %id, status, "the provider answered the send without the transfer; the outcome stays unknown");
+                let note = ProviderNote {
+                    status: &format!("no answer: {status}"),
+                    accepted: false,
+                    refused: false,
+                };
+                self.store.note_provider(id, note).await?;
+            }
+            // Refused outright (a 4xx): asked about once, then failed (a transfer under the
+            // reference, from an earlier send, would be found and its word applied instead).
+            Ok(TransferAnswer::Refused { status }) => {
+                tracing::warn!(payout = %id, status, "the provider refused the transfer; asking about its reference once");
+                let note = ProviderNote {
+                    status: &status,
+                    accepted: false,
+                    refused: true,
+                };
+                self.store.note_provider(id, note).await?;
+                let refused = PayoutRecord {
+                    refused: Some(status),
+                    ambiguous: false,
+                    ..marked.clone()
+                };
+                self.ask(transfers, &refused, AskPurpose::AfterRefusal, look)
+                    .await?;
             }
             Err(e) => {
-                tracing::warn!(payout = %record.payout, error = %e, "transfer outcome unknown; the payout stays sent until the provider is asked");
-                self.store
-                    .note_provider(&record.payout, true, &format!("no answer: {e}"))
-                    .await?;
+                tracing::warn!(payout = %id, error = %e, "transfer outcome unknown; the payout stays sent until the provider is asked, after the call's fence");
+                let note = ProviderNote {
+                    status: &format!("no answer: {e}"),
+                    accepted: false,
+                    refused: false,
+                };
+                self.store.note_provider(id, note).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Asks the provider about the payout's reference (behind the fence) and acts on its
+    /// answer as `purpose` says: a word is applied; "not found" fails the payout only after a
+    /// refusal, allows a resend only past the send's visibility window, and otherwise proves
+    /// nothing.
+    async fn ask<T: Transfers>(
+        &self,
+        transfers: &T,
+        record: &PayoutRecord,
+        purpose: AskPurpose,
+        look: &Look,
+    ) -> Result<(), PipelineError> {
+        let Some(current) = self.fence(transfers, record, CallKind::Ask, look).await? else {
+            return Ok(());
+        };
+        let id = &current.payout;
+        match transfers.ask(current.provider, id).await {
+            Ok(TransferAnswer::Known { state, status }) => {
+                self.accepted(&current, state, &status, look).await
+            }
+            Ok(TransferAnswer::Absent { status } | TransferAnswer::Refused { status }) => {
+                match purpose {
+                    AskPurpose::AfterRefusal => {
+                        let refusal = current.refused.clone().unwrap_or(status);
+                        self.word(&current, TransferState::Failed, &refusal, look.lease_ms)
+                            .await
+                    }
+                    AskPurpose::AfterAmbiguous {
+                        absence_proves: true,
+                    } if may_resend(&current) => {
+                        tracing::warn!(payout = %id, sends = current.sends, "no transfer under the reference past the send's visibility window; sending again under the same reference");
+                        Box::pin(self.send(transfers, &current, look))
+                            .await
+                            .map(|_| ())
+                    }
+                    AskPurpose::AfterAmbiguous {
+                        absence_proves: true,
+                    } => {
+                        tracing::warn!(payout = %id, sends = current.sends, "payout unresolved: sent as often as allowed and the provider has no transfer; a person must look (payhook payouts list --unsettled)");
+                        Ok(())
+                    }
+                    AskPurpose::AfterAmbiguous {
+                        absence_proves: false,
+                    }
+                    | AskPurpose::Status => {
+                        tracing::info!(payout = %id, status, "the provider does not show the transfer yet; that proves nothing inside its visibility window or after it accepted it");
+                        Ok(())
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(payout = %id, error = %e, "could not ask the provider; the payout stays sent");
                 Ok(())
             }
         }
     }
 
-    /// Asks the provider about the payout's reference and applies its word. A provider with
-    /// no transfer under it gets it sent again, under the same reference, if the sends left
-    /// allow (one attempt wins the right to send: `mark_sent` is conditioned on the count).
-    async fn ask<T: Transfers>(
+    /// The provider has the transfer, in `state`: recorded, and a final state applied.
+    async fn accepted(
         &self,
-        transfers: &T,
         record: &PayoutRecord,
-        lease_ms: i64,
+        state: TransferState,
+        status: &str,
+        look: &Look,
     ) -> Result<(), PipelineError> {
-        match transfers.ask(record.provider, &record.payout).await {
-            Ok(TransferAnswer::Known { state, status }) => {
-                self.word(record, state, &status, lease_ms).await
-            }
-            Ok(TransferAnswer::Absent { status }) => {
-                let current = self.reread(record.clone()).await?;
-                if current.status != PayoutStatus::Sent {
-                    return Ok(());
-                }
-                if current.sends >= MAX_SENDS {
-                    // Sent that many times and the provider refused or never got each: its
-                    // word is that no transfer exists, which is final for the money.
-                    let status = format!("no transfer after {} sends: {status}", current.sends);
-                    return self
-                        .word(&current, TransferState::Failed, &status, lease_ms)
-                        .await;
-                }
-                match self.store.mark_sent(&current.payout, current.sends).await? {
-                    Some(marked) => Box::pin(self.send(transfers, &marked, lease_ms)).await,
-                    None => Ok(()),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(payout = %record.payout, error = %e, "could not ask the provider; the payout stays sent");
-                Ok(())
-            }
-        }
+        let note = ProviderNote {
+            status,
+            accepted: true,
+            refused: false,
+        };
+        self.store.note_provider(&record.payout, note).await?;
+        self.word(record, state, status, look.lease_ms).await
     }
 
     /// Applies a provider word through the pipeline, under the word's own key, exactly as its
@@ -391,9 +519,6 @@ impl<S: Store> Pipeline<S> {
         lease_ms: i64,
     ) -> Result<(), PipelineError> {
         if state == TransferState::Pending {
-            self.store
-                .note_provider(&record.payout, false, status)
-                .await?;
             return Ok(());
         }
         let event = NormalisedEvent {
@@ -404,6 +529,9 @@ impl<S: Store> Pipeline<S> {
                 reference: record.payout.reference(),
                 state,
                 provider_status: status.to_owned(),
+                // The answer to payhook's own call about this reference, from the payout's own
+                // provider: about this payout by construction.
+                money: None,
             }),
             transaction_id: None,
         };
@@ -427,5 +555,38 @@ impl<S: Store> Pipeline<S> {
             tracing::info!(payout = %record.payout, "the word is being applied by another attempt");
         }
         Ok(())
+    }
+}
+
+/// One look at a payout: its time, and who holds its fence.
+struct Look {
+    lease_ms: i64,
+    budget: Budget,
+    /// One id per look: its own fence does not stop its own next call (ask, then resend).
+    holder: String,
+}
+
+impl Look {
+    fn new(lease_ms: i64) -> Self {
+        Look {
+            lease_ms,
+            // The claim's lease, less the store clock's second: a call must end before anyone
+            // could take the claim over.
+            budget: Budget::from_now_ms(lease_ms - 1_000),
+            holder: OwnerToken::generate().as_str().to_owned(),
+        }
+    }
+}
+
+/// The answer a payout's record gives, first-hand or replayed.
+fn told(record: &PayoutRecord, replayed: bool) -> PayoutAnswer {
+    let (status, body) = answer_of(record);
+    PayoutAnswer {
+        status,
+        body,
+        replayed,
+        retry_after_s: None,
+        payout_status: Some(record.status),
+        payout: Some(record.payout.clone()),
     }
 }

@@ -11,7 +11,7 @@ use super::{ignored, retry_later, Answer, Pipeline, PipelineError, Settled, Stor
 use crate::domain::{IdempotencyKey, NormalisedEvent, Operation, TransferFacts};
 use crate::eventlog::Outcome;
 use crate::ledger::{PostOutcome, Posting};
-use crate::payouts::{PayoutId, PayoutRecord, SettleOutcome};
+use crate::payouts::{PayoutId, PayoutRecord, SettleOutcome, WordOrigin};
 
 /// The answer to a settlement word (stored on its key, replayed to duplicates).
 #[derive(Serialize)]
@@ -40,9 +40,13 @@ impl<S: Store> Pipeline<S> {
             // Not a reference payhook makes: a transfer someone else sent.
             return Ok(Settled::NothingMoved(ignored(ev)));
         };
+        let origin = WordOrigin {
+            provider: ev.provider,
+            money: facts.money,
+        };
         let outcome = self
             .store
-            .settle_payout(&id, facts.state, &facts.provider_status)
+            .settle_payout(&id, origin, facts.state, &facts.provider_status)
             .await?;
         let (record, movement, resumed) = match outcome {
             SettleOutcome::Applied { record, movement } => (record, movement, false),
@@ -60,6 +64,13 @@ impl<S: Store> Pipeline<S> {
                     Outcome::Parked,
                     UNDECIDED_RETRY_MS,
                 )));
+            }
+            SettleOutcome::Foreign { record, reason } => {
+                // Logged as a conflict and answered 200, so the sender stops retrying; the
+                // claim is released, so the payout's own word can still apply.
+                tracing::warn!(payout = %record.payout, provider = %ev.provider, reason, "a settlement word not about this payout moved nothing");
+                let answer = self.payout_answer("conflict", key, &record, 0, Outcome::Conflict);
+                return Ok(Settled::NothingMoved(answer));
             }
             SettleOutcome::Unknown => return Ok(Settled::NothingMoved(ignored(ev))),
         };

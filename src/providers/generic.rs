@@ -88,6 +88,9 @@ pub const TRANSFERS: TransferDef = TransferDef {
             idempotency_key: Some(call.payout.to_string()),
         })
     },
+    // The generic contract promises a transfer is visible to `GET /transfers/{reference}` within
+    // a minute of its POST ending (`PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS` sets a sender's own).
+    visibility_ms: 60_000,
     ask_path: |payout| format!("/transfers/{payout}"),
     read: |body, payout, _| {
         let root = parse_object(body)?;
@@ -272,12 +275,12 @@ impl Provider for Generic {
 }
 
 fn transfer(f: &Fields<'_>, state: TransferState, status: &str) -> Result<EventKind, PayloadError> {
-    // Amount and currency are the payout's own; when sent they must be well formed.
-    f.opt_money("data.amount", "data.currency")?;
     Ok(EventKind::Transfer(TransferFacts {
         reference: f.reference("data.reference")?,
         state,
         provider_status: status.to_owned(),
+        // Compared with the payout's own before the word moves it.
+        money: f.opt_money("data.amount", "data.currency")?,
     }))
 }
 

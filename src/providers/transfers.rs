@@ -29,6 +29,10 @@ pub struct TransferDef {
     /// Reads a 2xx answer of either call (`asked`: the answer to `ask_path`).
     pub read:
         fn(body: &[u8], payout: &PayoutId, asked: bool) -> Result<TransferAnswer, PayloadError>,
+    /// How long after a send (its call's end) a lookup may still miss a transfer the provider
+    /// took: a lookup that finds nothing proves it never arrived only after this.
+    /// docs/payouts.md says where each number comes from.
+    pub visibility_ms: i64,
 }
 
 /// A JSON body from the destination's fields and payhook's own (which win: the caller cannot

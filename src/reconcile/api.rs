@@ -93,6 +93,9 @@ pub struct HttpProviderApi {
     client: Client<Https, Full<Bytes>>,
     endpoints: Vec<ApiEndpoint>,
     timeout: Duration,
+    /// The generic provider's transfer visibility window, when configured (its contract is the
+    /// sender's own; every other provider's is its documented one).
+    generic_visibility_ms: Option<i64>,
 }
 
 impl HttpProviderApi {
@@ -107,7 +110,14 @@ impl HttpProviderApi {
             client,
             endpoints,
             timeout: CALL_TIMEOUT,
+            generic_visibility_ms: None,
         })
+    }
+
+    /// The generic sender's visibility window (`PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS`).
+    pub fn with_generic_visibility_ms(mut self, ms: Option<i64>) -> Self {
+        self.generic_visibility_ms = ms;
+        self
     }
 
     /// The same client with another per-call timeout (tests use a short one).
@@ -239,8 +249,16 @@ impl Transfers for HttpProviderApi {
     ) -> Result<TransferAnswer, Ambiguous> {
         let def = transfer_def(provider)?;
         let ep = self.endpoint(provider).map_err(ambiguous)?;
-        // A destination the provider's call cannot be built from never reaches it.
-        let api_call = (def.send)(&call).map_err(|e| Ambiguous(format!("not sent: {e}")))?;
+        // A destination the provider's call cannot be built from never reaches it: a refusal
+        // of our own, as certain as the provider's.
+        let api_call = match (def.send)(&call) {
+            Ok(c) => c,
+            Err(e) => {
+                return Ok(TransferAnswer::Refused {
+                    status: format!("not sent: {e}"),
+                })
+            }
+        };
         let (status, body) = self
             .bounded(provider, self.post(ep, &api_call))
             .await
@@ -251,7 +269,7 @@ impl Transfers for HttpProviderApi {
             408 | 409 | 425 | 429 | 500..=599 => {
                 Err(Ambiguous(format!("{provider} answered HTTP {status}")))
             }
-            _ => Ok(TransferAnswer::Absent {
+            _ => Ok(TransferAnswer::Refused {
                 status: format!("refused: HTTP {status}"),
             }),
         }
@@ -280,5 +298,16 @@ impl Transfers for HttpProviderApi {
     fn supports(&self, provider: ProviderId) -> bool {
         self.endpoint(provider).is_ok()
             && crate::providers::def(provider).is_some_and(|d| d.transfers.is_some())
+    }
+
+    fn bound_ms(&self) -> i64 {
+        i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn visibility_ms(&self, provider: ProviderId) -> i64 {
+        match (provider, self.generic_visibility_ms) {
+            (ProviderId::GENERIC, Some(ms)) => ms,
+            _ => transfer_def(provider).map_or(0, |d| d.visibility_ms),
+        }
     }
 }

@@ -75,6 +75,8 @@ fn walk_start(saved: Option<&str>, window_start_ms: i64) -> String {
 pub struct ReconcilePolicy {
     pub pending_after_ms: i64,
     pub give_up_after_ms: i64,
+    /// A payout still not settled this long after it was opened needs a person.
+    pub payout_unresolved_after_ms: i64,
 }
 
 impl ReconcileSettings {
@@ -83,6 +85,7 @@ impl ReconcileSettings {
         ReconcileSettings {
             pending_after_ms: policy.pending_after_ms,
             give_up_after_ms: policy.give_up_after_ms,
+            payout_unresolved_after_ms: policy.payout_unresolved_after_ms,
             lease_ms,
             ..ReconcileSettings::default()
         }
@@ -100,6 +103,8 @@ pub struct ReconcileSettings {
     pub parked_window_ms: i64,
     /// A payment the provider still calls not final after this long is no longer asked about.
     pub give_up_after_ms: i64,
+    /// A payout not settled this long after it was opened is listed as needing a person.
+    pub payout_unresolved_after_ms: i64,
     /// Lease of the claims this pass takes.
     pub lease_ms: i64,
     /// At most this many items of each kind per pass.
@@ -122,6 +127,7 @@ impl Default for ReconcileSettings {
             failed_window_ms: 24 * 3_600_000,
             parked_window_ms: 30 * 86_400_000,
             give_up_after_ms: 72 * 3_600_000,
+            payout_unresolved_after_ms: crate::payouts::calls::UNRESOLVED_AFTER_MS,
             lease_ms: 30_000,
             max_items: 500,
             concurrency: 8,

@@ -4,11 +4,16 @@
 //! - A payout claim stuck IN_PROGRESS is taken over and finished from the request it stored
 //!   ([`Pipeline::resume_payout`]): the same steps a retry of the key runs.
 //! - A payout `sent` (or `reserved`) untouched for `PAYHOOK_RECONCILE_PENDING_AFTER_S` is asked
-//!   about by its reference, and the answer is applied through the same mapping and the same
-//!   keys as the provider's webhooks.
+//!   about by its reference (behind the call fence: never while a call may run), and the
+//!   answer is applied through the same mapping and the same keys as the provider's webhooks.
+//!   A lookup that finds nothing fails nothing (see [`crate::payouts::calls`]).
+//! - A payout still open past `PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S`, or sent as often as allowed
+//!   with no transfer shown, is reported as needing a person and logged `payout unresolved`
+//!   (the PayoutsUnresolved alarm): never guessed.
 
 use super::{Budget, Finding, Reconciler, Report};
 use crate::idempotency::ClaimRecord;
+use crate::payouts::calls::needs_person;
 use crate::payouts::{PayoutId, PayoutRequest, PayoutStatus, Transfers};
 use crate::pipeline::{PayoutAnswer, Store};
 use crate::reconcile::ProviderApi;
@@ -57,18 +62,10 @@ impl<S: Store, A: ProviderApi + Transfers> Reconciler<'_, S, A> {
             let subject = record.payout.to_string();
             let mut f = Finding::new("open_payout", record.provider, subject, "asked");
             let before_status = record.status;
-            let result = match record.status {
-                PayoutStatus::Sent => {
-                    self.pipeline
-                        .ask_payout(self.api, &record, self.settings.lease_ms)
-                        .await
-                }
-                _ => {
-                    self.pipeline
-                        .resolve(self.api, record, self.settings.lease_ms)
-                        .await
-                }
-            };
+            let result = self
+                .pipeline
+                .resolve(self.api, record, self.settings.lease_ms)
+                .await;
             match result {
                 Ok(now) if !now.status.is_open() => {
                     f.detail = format!("{before_status} -> {}", now.status);
@@ -85,12 +82,12 @@ impl<S: Store, A: ProviderApi + Transfers> Reconciler<'_, S, A> {
                             .map(|s| format!(" (provider: {s})"))
                             .unwrap_or_default()
                     );
-                    if now.sends >= crate::payouts::MAX_SENDS && now.ambiguous {
-                        f.reason = Some(
-                            "sent the most times allowed; the provider's answer is still unknown"
-                                .into(),
-                        );
-                        f.resolve = Some(format!("payhook payouts show {}", now.payout));
+                    let horizon = self.settings.payout_unresolved_after_ms;
+                    if let Some(why) = needs_person(&now, store.now_ms(), horizon) {
+                        tracing::error!(payout = %now.payout, provider = %now.provider, why,
+                            "payout unresolved: a person must ask the provider (payhook payouts list --unsettled)");
+                        f.reason = Some(why.into());
+                        f.resolve = Some("payhook payouts list --unsettled".into());
                         report.needs_human.push(f);
                     } else {
                         report.still_unknown.push(f);

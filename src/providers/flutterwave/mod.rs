@@ -291,7 +291,7 @@ impl Provider for Flutterwave {
         let kind = match event_type.as_str() {
             "charge.completed" => self.charge_completed(&f, text)?,
             "refund.completed" => refund_completed(&f, text)?,
-            "transfer.completed" => transfers::transfer_completed(&f)?,
+            "transfer.completed" => transfers::transfer_completed(&f, text)?,
             // Anything else is acknowledged and logged, so Flutterwave stops retrying it.
             _ => EventKind::Ignored,
         };
@@ -464,7 +464,7 @@ fn id_text(f: &Fields<'_>, path: &str) -> Result<String, PayloadError> {
 /// `data.amount` in major units, converted exactly by the currency's exponent from the number
 /// as written in the body: `1250.5` NGN is 125050 kobo; `10.005` NGN, `1e3`, `-5` and `0` are
 /// refused.
-fn flutterwave_money(f: &Fields<'_>, text: &str) -> Result<Money, PayloadError> {
+pub(super) fn flutterwave_money(f: &Fields<'_>, text: &str) -> Result<Money, PayloadError> {
     const AMOUNT: &str = "data.amount";
     if !matches!(f.get(AMOUNT), Some(Value::Number(_))) {
         return Err(PayloadError::invalid(AMOUNT, "must be a number"));

@@ -38,6 +38,9 @@ pub const TRANSFERS: TransferDef = TransferDef {
             idempotency_key: None,
         })
     },
+    // Flutterwave documents no window for its list filter; ten minutes, conservatively (its
+    // `reference` is unique: a late resend is refused as a duplicate).
+    visibility_ms: 600_000,
     ask_path: |payout| format!("/v3/transfers?reference={payout}"),
     read: |body, payout, asked| {
         let root = parse_object(body)?;
@@ -83,12 +86,19 @@ fn state_of(status: &str) -> TransferState {
 }
 
 /// `transfer.completed`: one event for both ends, told apart by `data.status`.
-pub fn transfer_completed(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
+pub fn transfer_completed(f: &Fields<'_>, text: &str) -> Result<EventKind, PayloadError> {
     let status = f.str("data.status")?;
+    // Major units, converted exactly; compared with the payout's own.
+    let money = if f.get("data.amount").is_some() {
+        Some(super::flutterwave_money(f, text)?)
+    } else {
+        None
+    };
     Ok(EventKind::Transfer(TransferFacts {
         reference: f.reference("data.reference")?,
         state: state_of(status),
         provider_status: status.to_owned(),
+        money,
     }))
 }
 

@@ -39,6 +39,9 @@ pub const TRANSFERS: TransferDef = TransferDef {
             idempotency_key: None,
         })
     },
+    // Paystack documents no window for `verify`; ten minutes, conservatively (a duplicate
+    // reference is refused by Paystack, so a late resend is refused rather than paid twice).
+    visibility_ms: 600_000,
     ask_path: |payout| format!("/transfer/verify/{payout}"),
     read: |body, _, _| {
         let root = parse_object(body)?;
@@ -68,7 +71,6 @@ fn state_of(status: &str) -> Option<TransferState> {
 /// `transfer.success` / `transfer.failed` / `transfer.reversed`: `data.reference` is the
 /// reference payhook sent; the event names the word.
 pub fn transfer_event(f: &Fields<'_>, state: TransferState) -> Result<EventKind, PayloadError> {
-    f.opt_money("data.amount", "data.currency")?;
     Ok(EventKind::Transfer(TransferFacts {
         reference: f.reference("data.reference")?,
         state,
@@ -76,6 +78,8 @@ pub fn transfer_event(f: &Fields<'_>, state: TransferState) -> Result<EventKind,
             .opt_str("data.status")?
             .unwrap_or(state.as_str())
             .to_owned(),
+        // Minor units, as Paystack sends them; compared with the payout's own.
+        money: f.opt_money("data.amount", "data.currency")?,
     }))
 }
 

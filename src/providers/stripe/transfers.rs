@@ -55,6 +55,9 @@ pub const TRANSFERS: TransferDef = TransferDef {
             idempotency_key: Some(call.payout.to_string()),
         })
     },
+    // Stripe answers a request still running under the same `Idempotency-Key` with 409 and keeps
+    // keys 24 hours; five minutes covers a create it is still executing.
+    visibility_ms: 300_000,
     ask_path: |payout| format!("/v1/transfers?transfer_group={payout}"),
     read: |body, _, asked| {
         let root = parse_object(body)?;
@@ -124,10 +127,21 @@ pub fn transfer_event(f: &Fields<'_>, created: bool) -> Result<EventKind, Payloa
         // A partial reversal: not the payout's end; logged for a human.
         (false, false) => return Ok(EventKind::Ignored),
     };
+    // The transfer's amount: a full reversal reverses all of it.
+    let money = if f.get("data.object.amount").is_some() {
+        Some(super::stripe_money(
+            f,
+            "data.object.amount",
+            "data.object.currency",
+        )?)
+    } else {
+        None
+    };
     Ok(EventKind::Transfer(TransferFacts {
         reference,
         state,
         provider_status: if reversed { "reversed" } else { "created" }.to_owned(),
+        money,
     }))
 }
 

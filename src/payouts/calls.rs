@@ -1,0 +1,279 @@
+//! One call in flight per reference, ever, and absence that is not a word.
+//!
+//! A transfer call that timed out is still running somewhere: the provider may take the POST
+//! seconds after payhook gave up on it, and keep the transfer invisible to a lookup until it has
+//! processed it. So two rules decide every call a payout makes (a send, or a question about its
+//! reference):
+//!
+//! - **The fence.** Before any call, the caller records on the payout, in one conditional write,
+//!   until when that call may run (`call_until_ms`: the store's now + the call's bound + a
+//!   margin for the store clock's resolution). Nobody sends or asks for that reference before
+//!   that time has passed, whoever they are (a retry, a takeover, reconciliation). The holder's
+//!   own follow-up (ask, then resend) passes by its holder id. The time is the store's
+//!   (DynamoDB's own), recorded once: no process's clock or configuration can move it.
+//! - **Absence proves little.** A lookup that finds nothing proves the transfer never arrived
+//!   only after the last send's visibility window (`absent_after_ms`, recorded by that send:
+//!   its fence plus the provider's documented window). Before that, or once the provider has
+//!   accepted the transfer, "not found" is the provider's lag. Money comes back only on the
+//!   provider's word: a final state it reports, or its refusal of the send (asked about once).
+//!
+//! # What the next look does ([`next`])
+//!
+//! | payout                                           | next                                  |
+//! |--------------------------------------------------|---------------------------------------|
+//! | `new`                                            | decide the reservation                |
+//! | a call may still run (`now < call_until_ms`)     | wait: answer what is known            |
+//! | `reserved`                                       | send                                  |
+//! | `sent`, the send was refused (a 4xx)             | ask once: found → its word; none → failed |
+//! | `sent`, accepted by the provider                 | ask: found → its word; none → lag, wait |
+//! | `sent`, outcome unknown, window open             | ask: found → its word; none → proves nothing |
+//! | `sent`, outcome unknown, window passed           | ask: found → its word; none → resend (same reference), at most [`MAX_SENDS`] sends, then a person |
+//! | `refused`, `failed`, `paid`, `reversed`          | nothing                               |
+//!
+//! Every call also needs time: the request's budget (the claim's lease, the function's
+//! remaining time, API Gateway's 29 s) must outlast the call's bound, or the payout is left for
+//! the next look, unresolved, rather than called past the point where its caller has gone.
+
+use super::{PayoutRecord, PayoutStatus, MAX_SENDS};
+
+/// Added to a call's bound in its fence: the store clock reads DynamoDB's time at most about a
+/// second behind (its `Date` header has one-second resolution), plus the fence write's latency.
+pub const CALL_MARGIN_MS: i64 = 2_000;
+
+/// Milliseconds a request keeps after its last call, for the writes that record the answer.
+pub const FINISH_MS: i64 = 1_000;
+
+/// A request answers within this, whatever its lease: API Gateway gives up at 29 s.
+pub const REQUEST_BUDGET_MS: i64 = 25_000;
+
+/// A payout not settled this long after it was opened needs a person (the default of
+/// `PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S`): providers settle transfers within a day.
+pub const UNRESOLVED_AFTER_MS: i64 = 24 * 3_600_000;
+
+/// Why an open payout needs a person, if it does: it is past the horizon, or it was sent as
+/// often as allowed and the provider shows no transfer. Never a guess at how it ended.
+pub fn needs_person(record: &PayoutRecord, now_ms: i64, horizon_ms: i64) -> Option<&'static str> {
+    if !record.status.is_open() {
+        return None;
+    }
+    if now_ms.saturating_sub(record.created_at_ms) >= horizon_ms {
+        return Some("not settled past the horizon: ask the provider about the reference");
+    }
+    let spent = record.status == PayoutStatus::Sent
+        && record.ambiguous
+        && !record.accepted
+        && record.sends >= MAX_SENDS;
+    spent.then_some("sent as often as allowed and the provider shows no transfer")
+}
+
+/// What a call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Send,
+    Ask,
+}
+
+/// Why a payout is asked about: what "not found" means then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AskPurpose {
+    /// The provider refused the last send (a 4xx): no transfer under the reference confirms
+    /// the refusal, its word that this payout failed.
+    AfterRefusal,
+    /// The provider accepted the transfer; waiting for its final word. Not found is its lag.
+    Status,
+    /// The last send's outcome is unknown. `absence_proves`: its visibility window has passed,
+    /// so not found means it never arrived (and it may be sent again under the same reference).
+    AfterAmbiguous { absence_proves: bool },
+}
+
+/// What to do next with a payout (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Reserve,
+    Send,
+    Ask(AskPurpose),
+    /// A call may be in flight until `until_ms` (store time): nobody calls before.
+    Wait {
+        until_ms: i64,
+    },
+    /// Nothing to do: settled, refused, or sent as often as allowed without an answer.
+    Nothing,
+}
+
+/// The rule (pure: unit-tested without a store). `now_ms` is the store's time.
+pub fn next(record: &PayoutRecord, now_ms: i64) -> Next {
+    match record.status {
+        PayoutStatus::New => return Next::Reserve,
+        PayoutStatus::Reserved | PayoutStatus::Sent => {}
+        _ => return Next::Nothing,
+    }
+    if now_ms < record.call_until_ms {
+        return Next::Wait {
+            until_ms: record.call_until_ms,
+        };
+    }
+    if record.status == PayoutStatus::Reserved {
+        return Next::Send;
+    }
+    if record.refused.is_some() {
+        return Next::Ask(AskPurpose::AfterRefusal);
+    }
+    if record.accepted || !record.ambiguous {
+        return Next::Ask(AskPurpose::Status);
+    }
+    Next::Ask(AskPurpose::AfterAmbiguous {
+        absence_proves: now_ms >= record.absent_after_ms,
+    })
+}
+
+/// Whether a payout whose lookup proved its last send never arrived may be sent again.
+pub fn may_resend(record: &PayoutRecord) -> bool {
+    record.status == PayoutStatus::Sent
+        && !record.accepted
+        && record.refused.is_none()
+        && record.sends < MAX_SENDS
+}
+
+/// A call about to start, as its fence records it.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTicket<'a> {
+    pub kind: CallKind,
+    /// Who holds the fence (one id per look at the payout): its own next call passes.
+    pub holder: &'a str,
+    /// `sends` as the caller read it: a send is conditioned on it, so of two that both want to
+    /// send, one does.
+    pub seen_sends: u32,
+    /// The call's bound (its client timeout).
+    pub bound_ms: i64,
+    /// For a send: how long after the fence the provider may still make a transfer visible
+    /// (its documented window).
+    pub visibility_ms: i64,
+}
+
+/// What the provider's answer adds to the record (besides a final word, which settles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderNote<'a> {
+    /// Its status word, or what went wrong.
+    pub status: &'a str,
+    /// The provider has the transfer: from now on, not found is its lag, never a reason to
+    /// send again.
+    pub accepted: bool,
+    /// It refused the send (a 4xx): ask once, then failed.
+    pub refused: bool,
+}
+
+/// The time a request has, measured on this process's monotonic clock (never a wall clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    deadline: tokio::time::Instant,
+}
+
+impl Budget {
+    /// `ms` from now, capped at [`REQUEST_BUDGET_MS`].
+    pub fn from_now_ms(ms: i64) -> Self {
+        let ms = u64::try_from(ms.clamp(0, REQUEST_BUDGET_MS)).unwrap_or(0);
+        Budget {
+            deadline: tokio::time::Instant::now() + std::time::Duration::from_millis(ms),
+        }
+    }
+
+    /// Whether a call bounded by `bound_ms` ends with [`FINISH_MS`] to spare.
+    pub fn allows(&self, bound_ms: i64) -> bool {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        i64::try_from(left.as_millis()).unwrap_or(i64::MAX) >= bound_ms + FINISH_MS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AccountId, Currency, ProviderId};
+    use crate::payouts::PayoutId;
+
+    fn record(status: PayoutStatus) -> PayoutRecord {
+        PayoutRecord {
+            payout: PayoutId::parse("po_00000000000000000000000000000001").unwrap(),
+            status,
+            provider: ProviderId::GENERIC,
+            account: AccountId::parse("a").unwrap(),
+            amount: 100,
+            currency: Currency::parse("NGN").unwrap(),
+            destination: serde_json::Map::new(),
+            narration: None,
+            shard: 0,
+            reserve_at_ms: 0,
+            moves: Default::default(),
+            words: vec![],
+            sends: 1,
+            ambiguous: true,
+            accepted: false,
+            refused: None,
+            call_until_ms: 10_000,
+            absent_after_ms: 20_000,
+            provider_status: None,
+            available_minor: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn nobody_calls_while_a_call_may_run() {
+        let r = record(PayoutStatus::Sent);
+        assert_eq!(next(&r, 9_999), Next::Wait { until_ms: 10_000 });
+        let mut reserved = record(PayoutStatus::Reserved);
+        reserved.sends = 0;
+        assert_eq!(next(&reserved, 9_999), Next::Wait { until_ms: 10_000 });
+        assert_eq!(next(&reserved, 10_000), Next::Send);
+    }
+
+    #[test]
+    fn absence_proves_nothing_inside_the_window_or_after_acceptance() {
+        let r = record(PayoutStatus::Sent);
+        assert_eq!(
+            next(&r, 15_000),
+            Next::Ask(AskPurpose::AfterAmbiguous {
+                absence_proves: false
+            })
+        );
+        assert_eq!(
+            next(&r, 20_000),
+            Next::Ask(AskPurpose::AfterAmbiguous {
+                absence_proves: true
+            })
+        );
+        let accepted = PayoutRecord {
+            accepted: true,
+            ..r.clone()
+        };
+        assert_eq!(next(&accepted, 99_000), Next::Ask(AskPurpose::Status));
+        assert!(!may_resend(&accepted));
+        let refused = PayoutRecord {
+            refused: Some("refused: HTTP 400".into()),
+            ambiguous: false,
+            ..r.clone()
+        };
+        assert_eq!(next(&refused, 10_000), Next::Ask(AskPurpose::AfterRefusal));
+        assert!(!may_resend(&refused));
+        let spent = PayoutRecord {
+            sends: MAX_SENDS,
+            ..r
+        };
+        assert!(!may_resend(&spent));
+    }
+
+    #[test]
+    fn settled_payouts_call_nobody() {
+        for s in [
+            PayoutStatus::Refused,
+            PayoutStatus::Failed,
+            PayoutStatus::Paid,
+            PayoutStatus::Reversed,
+        ] {
+            assert_eq!(next(&record(s), 99_000), Next::Nothing);
+        }
+        assert_eq!(next(&record(PayoutStatus::New), 0), Next::Reserve);
+    }
+}

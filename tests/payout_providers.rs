@@ -198,7 +198,11 @@ fn free_port() -> u16 {
 /// lease, call bound and visibility window given (and `extra` variables).
 async fn serve(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &str)]) -> Serve {
     let port = free_port();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_payhook"));
+    // PAYHOOK_TEST_BINARY runs these same tests against another build (an earlier release, to
+    // show what each fake behaviour did before a change).
+    let bin = std::env::var("PAYHOOK_TEST_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_payhook").to_owned());
+    let mut cmd = std::process::Command::new(bin);
     payhook_env(&mut cmd, store)
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("PAYHOOK_GENERIC_API_URL", url)
@@ -263,7 +267,13 @@ impl Answer {
 }
 
 /// One HTTP/1.1 request (a tiny client: the tests need no more). `None`: the connection broke.
-async fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Option<Answer> {
+async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<Answer> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -343,7 +353,13 @@ async fn balance(store: &DynamoStore, account: &str) -> i64 {
 
 async fn fund(app: &Arc<App<DynamoStore>>, account: &str, amount: i64) {
     let reference = format!("pay_{account}");
-    let body = payment_body(&format!("evt_{account}"), &reference, account, amount, "NGN");
+    let body = payment_body(
+        &format!("evt_{account}"),
+        &reference,
+        account,
+        amount,
+        "NGN",
+    );
     assert_eq!(send(app, signed(&body)).await.status, 200);
 }
 
@@ -351,8 +367,8 @@ const PAYSTACK_SECRET: &str = "sk_test_payout_providers_paystack";
 
 /// A Paystack-signed webhook, posted to the serve process.
 async fn paystack_webhook(s: &Serve, body: &str) -> Answer {
-    let p = payhook::providers::paystack::Paystack::from_env_value(PAYSTACK_SECRET, "account")
-        .unwrap();
+    let p =
+        payhook::providers::paystack::Paystack::from_env_value(PAYSTACK_SECRET, "account").unwrap();
     let sig = p.sign(body.as_bytes());
     http(
         s.port,
@@ -458,22 +474,42 @@ async fn item1_a_lookup_that_finds_nothing_while_the_post_is_held_fails_nothing(
     // THEN the payout was never failed or credited back, one POST made one transfer, the money
     // sent is the money debited, and a lookup once the transfer showed made it accepted (201)
     let s1 = seen(&fake, &payout);
-    assert_eq!((s1.posts, s1.transfers, s1.sent_minor), (1, 1, 400), "{s1:?}");
+    assert_eq!(
+        (s1.posts, s1.transfers, s1.sent_minor),
+        (1, 1, 400),
+        "{s1:?}"
+    );
     assert!(s1.gets >= 1, "{s1:?}");
     assert_eq!(balance(&store, "wallet_1").await, 600);
-    assert!(answers.iter().all(|a| a.replayed), "only the first answered first-hand");
+    assert!(
+        answers.iter().all(|a| a.replayed),
+        "only the first answered first-hand"
+    );
     assert_eq!(answers.last().map(|a| a.status), Some(201), "{answers:?}");
     // AND the 600 left cannot pay 1,000
     let more = pay(&s, "abs-2", "wallet_1", 1_000).await;
     assert_eq!(
-        (more.status, more.body["error"].as_str(), more.body["available"].as_i64()),
+        (
+            more.status,
+            more.body["error"].as_str(),
+            more.body["available"].as_i64()
+        ),
         (422, Some("insufficient_funds"), Some(600))
     );
     // AND the provider's success settles it once: still 600, and never below zero
-    assert_eq!(generic_word(&s, "transfer.succeeded", &payout, 400, 1).await.status, 200);
+    assert_eq!(
+        generic_word(&s, "transfer.succeeded", &payout, 400, 1)
+            .await
+            .status,
+        200
+    );
     let done = pay(&s, "abs-1", "wallet_1", 400).await;
     assert_eq!(
-        (done.status, done.payout_status.as_deref(), done.body["status"].as_str()),
+        (
+            done.status,
+            done.payout_status.as_deref(),
+            done.body["status"].as_str()
+        ),
         (201, Some("paid"), Some("paid"))
     );
     assert_eq!(balance(&store, "wallet_1").await, 600);
@@ -526,15 +562,27 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
     let s = serve(&store, &url, timing, &[]).await;
     let answers = retry_for(&s, "take-1", "wallet_2", 400, 250, 16_000, |a| {
         assert!(matches!(a.status, 201 | 202 | 409), "{a:?}");
-        assert_eq!(total_posts(&fake), 1, "a second call while the first may run");
+        assert_eq!(
+            total_posts(&fake),
+            1,
+            "a second call while the first may run"
+        );
     })
     .await;
 
     // THEN one POST, one transfer of 400 against one debit of 400, and exactly one answer
     // first-hand (the takeover's); the last retry found the transfer
-    let payout = answers.iter().map(Answer::payout).find(|p| !p.is_empty()).unwrap();
+    let payout = answers
+        .iter()
+        .map(Answer::payout)
+        .find(|p| !p.is_empty())
+        .unwrap();
     let s2 = seen(&fake, &payout);
-    assert_eq!((s2.posts, s2.transfers, s2.sent_minor), (1, 1, 400), "{s2:?}");
+    assert_eq!(
+        (s2.posts, s2.transfers, s2.sent_minor),
+        (1, 1, 400),
+        "{s2:?}"
+    );
     assert_eq!(balance(&store, "wallet_2").await, 600);
     let first_hand = answers
         .iter()
@@ -551,7 +599,10 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
     };
     let s = serve(&store, &url, short, &[]).await;
     let a = pay(&s, "take-2", "wallet_2", 100).await;
-    assert_eq!((a.status, a.body["status"].as_str()), (201, Some("reserved")));
+    assert_eq!(
+        (a.status, a.body["status"].as_str()),
+        (201, Some("reserved"))
+    );
     assert_eq!(seen(&fake, &a.payout()).posts, 0);
 }
 
@@ -580,7 +631,11 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
     let took = started.elapsed();
     // THEN one POST and one lookup, failed, credited back, answered inside the lease
     one_story(&a);
-    assert_eq!((a.status, a.body["status"].as_str()), (201, Some("failed")), "{a:?}");
+    assert_eq!(
+        (a.status, a.body["status"].as_str()),
+        (201, Some("failed")),
+        "{a:?}"
+    );
     let s3 = seen(&fake, &a.payout());
     assert_eq!((s3.posts, s3.gets, s3.transfers), (1, 1, 0), "{s3:?}");
     assert_eq!(balance(&store, "wallet_3").await, 1_000);
@@ -605,10 +660,17 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
     let a = pay(&s, "ref-2", "wallet_3", 300).await;
     let took = started.elapsed();
     // THEN it answers inside the lease, unresolved (202), nothing asked, nothing credited yet
-    assert_eq!((a.status, a.body["status"].as_str()), (202, Some("sent")), "{a:?}");
+    assert_eq!(
+        (a.status, a.body["status"].as_str()),
+        (202, Some("sent")),
+        "{a:?}"
+    );
     assert!(took < Duration::from_millis(tight.lease_ms), "{took:?}");
     let payout = a.payout();
-    assert_eq!((seen(&fake, &payout).posts, seen(&fake, &payout).gets), (1, 0));
+    assert_eq!(
+        (seen(&fake, &payout).posts, seen(&fake, &payout).gets),
+        (1, 0)
+    );
     assert_eq!(balance(&store, "wallet_3").await, 700);
     // AND a retry past the fence asks once and fails it, with no second POST
     tokio::time::sleep(Duration::from_millis(tight.fence_ms())).await;
@@ -618,7 +680,10 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
         (201, true, Some("failed")),
         "{b:?}"
     );
-    assert_eq!((seen(&fake, &payout).posts, seen(&fake, &payout).gets), (1, 1));
+    assert_eq!(
+        (seen(&fake, &payout).posts, seen(&fake, &payout).gets),
+        (1, 1)
+    );
     assert_eq!(balance(&store, "wallet_3").await, 1_000);
 }
 
@@ -656,20 +721,40 @@ async fn item4_one_payout_tells_one_story_to_every_caller() {
     let payout = first_hand[0].payout();
 
     // WHEN the provider's success arrives and the key is retried
-    assert_eq!(generic_word(&s, "transfer.succeeded", &payout, 250, 1).await.status, 200);
+    assert_eq!(
+        generic_word(&s, "transfer.succeeded", &payout, 250, 1)
+            .await
+            .status,
+        200
+    );
     let again = pay(&s, "story-1", "wallet_4", 250).await;
     // THEN the replay says paid in its body and its header alike
     assert_eq!(
-        (again.status, again.replayed, again.payout_status.as_deref(), again.body["status"].as_str()),
+        (
+            again.status,
+            again.replayed,
+            again.payout_status.as_deref(),
+            again.body["status"].as_str()
+        ),
         (201, true, Some("paid"), Some("paid"))
     );
     // AND the record carries the reference the POST answer named
     let auth = format!("Bearer {TOKEN}");
-    let got = http(s.port, "GET", &format!("/payouts/{payout}"), &[("authorization", &auth)], "")
-        .await
-        .unwrap();
+    let got = http(
+        s.port,
+        "GET",
+        &format!("/payouts/{payout}"),
+        &[("authorization", &auth)],
+        "",
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        (got.status, got.body["reference"].as_str(), first_hand[0].body["reference"].as_str()),
+        (
+            got.status,
+            got.body["reference"].as_str(),
+            first_hand[0].body["reference"].as_str()
+        ),
         (200, Some(payout.as_str()), Some(payout.as_str()))
     );
     assert_eq!(balance(&store, "wallet_4").await, 750);
@@ -689,27 +774,46 @@ async fn item5_a_word_from_another_provider_or_about_other_money_moves_nothing()
     let s = serve(&store, &url, timing, &[]).await;
     let a = pay(&s, "prov-1", "wallet_5", 400).await;
     let payout = a.payout();
-    assert_eq!(generic_word(&s, "transfer.succeeded", &payout, 400, 1).await.status, 200);
+    assert_eq!(
+        generic_word(&s, "transfer.succeeded", &payout, 400, 1)
+            .await
+            .status,
+        200
+    );
     assert_eq!(balance(&store, "wallet_5").await, 600);
 
     // WHEN a Paystack-signed transfer.reversed names it, and a Paystack transfer.failed names
     // it with 1 USD
-    for (event, amount, currency) in [("transfer.reversed", 400, "NGN"), ("transfer.failed", 1, "USD")] {
+    for (event, amount, currency) in [
+        ("transfer.reversed", 400, "NGN"),
+        ("transfer.failed", 1, "USD"),
+    ] {
         let body = json!({"event": event, "data": {"reference": payout, "amount": amount,
             "currency": currency, "status": event.trim_start_matches("transfer."), "id": 7}})
         .to_string();
         let r = paystack_webhook(&s, &body).await;
         // THEN each is answered 200 (the sender stops), a conflict, and moves nothing
-        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("conflict")), "{event}: {:?}", r.body);
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("conflict")),
+            "{event}: {:?}",
+            r.body
+        );
     }
     assert_eq!(balance(&store, "wallet_5").await, 600);
     // WHEN the payout's own provider reverses it naming other money
     let wrong = generic_word(&s, "transfer.reversed", &payout, 999, 2).await;
-    assert_eq!((wrong.status, wrong.body["status"].as_str()), (200, Some("conflict")));
+    assert_eq!(
+        (wrong.status, wrong.body["status"].as_str()),
+        (200, Some("conflict"))
+    );
     assert_eq!(balance(&store, "wallet_5").await, 600);
     // THEN its word with the payout's money still applies (the conflict left its key free)
     let right = generic_word(&s, "transfer.reversed", &payout, 400, 3).await;
-    assert_eq!((right.status, right.body["status"].as_str()), (200, Some("applied")));
+    assert_eq!(
+        (right.status, right.body["status"].as_str()),
+        (200, Some("applied"))
+    );
     assert_eq!(balance(&store, "wallet_5").await, 1_000);
     let shown = pay(&s, "prov-1", "wallet_5", 400).await;
     assert_eq!(shown.payout_status.as_deref(), Some("reversed"));
@@ -727,12 +831,26 @@ async fn item6_a_retry_after_a_credential_change_names_the_same_payout() {
     };
     // GIVEN a payout made with the old token
     let old = serve(&store, &url, timing, &[("PAYHOOK_PAYOUT_TOKEN", TOKEN)]).await;
-    let first = pay_with(&old, TOKEN, "rot-1", "wallet_6", 600).await.unwrap();
+    let first = pay_with(&old, TOKEN, "rot-1", "wallet_6", 600)
+        .await
+        .unwrap();
     assert_eq!((first.status, first.replayed), (201, false));
     drop(old);
     // WHEN the token is rotated (the new one alone is valid) and the caller retries the key
-    let rotated = serve(&store, &url, timing, &[("PAYHOOK_PAYOUT_TOKEN", OTHER_TOKEN)]).await;
-    assert_eq!(pay_with(&rotated, TOKEN, "rot-1", "wallet_6", 600).await.unwrap().status, 403);
+    let rotated = serve(
+        &store,
+        &url,
+        timing,
+        &[("PAYHOOK_PAYOUT_TOKEN", OTHER_TOKEN)],
+    )
+    .await;
+    assert_eq!(
+        pay_with(&rotated, TOKEN, "rot-1", "wallet_6", 600)
+            .await
+            .unwrap()
+            .status,
+        403
+    );
     let retry = pay_with(&rotated, OTHER_TOKEN, "rot-1", "wallet_6", 600)
         .await
         .unwrap();
@@ -743,14 +861,31 @@ async fn item6_a_retry_after_a_credential_change_names_the_same_payout() {
     drop(rotated);
 
     // GIVEN two named callers (one of them with two tokens, mid-rotation)
-    let callers = format!("erp={TOKEN},{OTHER_TOKEN} shop=payout-token-for-the-provider-tests-0003");
-    let s = serve(&store, &url, timing, &[("PAYHOOK_PAYOUT_CALLERS", &callers)]).await;
+    let callers =
+        format!("erp={TOKEN},{OTHER_TOKEN} shop=payout-token-for-the-provider-tests-0003");
+    let s = serve(
+        &store,
+        &url,
+        timing,
+        &[("PAYHOOK_PAYOUT_CALLERS", &callers)],
+    )
+    .await;
     // WHEN each uses the same key, and erp uses both its tokens
-    let erp = pay_with(&s, TOKEN, "same-key", "wallet_6", 100).await.unwrap();
-    let erp2 = pay_with(&s, OTHER_TOKEN, "same-key", "wallet_6", 100).await.unwrap();
-    let shop = pay_with(&s, "payout-token-for-the-provider-tests-0003", "same-key", "wallet_6", 100)
+    let erp = pay_with(&s, TOKEN, "same-key", "wallet_6", 100)
         .await
         .unwrap();
+    let erp2 = pay_with(&s, OTHER_TOKEN, "same-key", "wallet_6", 100)
+        .await
+        .unwrap();
+    let shop = pay_with(
+        &s,
+        "payout-token-for-the-provider-tests-0003",
+        "same-key",
+        "wallet_6",
+        100,
+    )
+    .await
+    .unwrap();
     // THEN erp's two tokens name one payout; shop's is another
     assert_eq!((erp2.payout(), erp2.replayed), (erp.payout(), true));
     assert_ne!(shop.payout(), erp.payout());
@@ -802,7 +937,9 @@ async fn item6_a_retry_after_a_credential_change_names_the_same_payout() {
     drop(s);
     // WHEN the same caller retries that key through the release that names callers
     let s = serve(&store, &url, timing, &[("PAYHOOK_PAYOUT_TOKEN", TOKEN)]).await;
-    let retry = pay_with(&s, TOKEN, "before-names", "wallet_6", 50).await.unwrap();
+    let retry = pay_with(&s, TOKEN, "before-names", "wallet_6", 50)
+        .await
+        .unwrap();
     // THEN it finds the payout it made, and sends nothing more
     assert_eq!((retry.payout(), retry.replayed), (legacy.to_string(), true));
     assert_eq!(total_posts(&fake), 4);

@@ -271,6 +271,33 @@ pub async fn open_payments<S: Payments>(
     Ok(open)
 }
 
+/// An open payout that needs a person, and why ([`crate::payouts::calls::needs_person`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct UnsettledPayout {
+    #[serde(flatten)]
+    pub payout: crate::payouts::PayoutRecord,
+    pub why: &'static str,
+}
+
+/// Open payouts (oldest first, at most `limit`) that need a person at store time `now_ms`: past
+/// the horizon, or sent as often as allowed with no transfer shown. Never a guess at how they
+/// ended: their money stays reserved until the provider's word.
+pub async fn unsettled_payouts<S: crate::payouts::Payouts>(
+    store: &S,
+    now_ms: i64,
+    horizon_ms: i64,
+    limit: usize,
+) -> Result<Vec<UnsettledPayout>, ReadError> {
+    let open = store.open_payouts(i64::MAX, limit).await?;
+    Ok(open
+        .into_iter()
+        .filter_map(|p| {
+            crate::payouts::calls::needs_person(&p, now_ms, horizon_ms)
+                .map(|why| UnsettledPayout { payout: p, why })
+        })
+        .collect())
+}
+
 /// Money the webhooks moved, per UTC day and currency: (in, out) in minor units.
 pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
 

@@ -172,6 +172,18 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
 
 /// The payout routes' provider client (the providers whose API key is set) and access.
 pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutService> {
+    // A call starts only if the lease (less the store clock's second) outlasts it and the
+    // writes after it: say so at start rather than leave every payout reserved.
+    let lease_ms = config.lease_ms.min(config.max_lease_ms);
+    let needed_ms = config.provider_timeout_ms + crate::payouts::calls::FINISH_MS + 1_000;
+    if lease_ms < needed_ms {
+        tracing::warn!(
+            lease_ms,
+            provider_timeout_ms = config.provider_timeout_ms,
+            needed_ms,
+            "PAYHOOK_LEASE_MS is too short for one provider call: payouts will stay reserved until a process with a longer lease looks at them"
+        );
+    }
     let timeout = std::time::Duration::from_millis(
         u64::try_from(config.provider_timeout_ms).unwrap_or(5_000),
     );

@@ -587,6 +587,7 @@ async fn every_payout_status_change_becomes_one_event_keyed_by_the_payout() {
     assert_eq!(evs.len(), 1, "{evs:?}");
     assert_eq!(evs[0].0, "payhook.payout.sent");
     assert_eq!(evs[0].1["amount"], "400");
+    assert_eq!(evs[0].1["reference"], id.as_str());
     // AND what a call records without a status change (its fence, the provider's note) says
     // nothing on the bus
     let (s, i) = (store.clone(), id.clone());

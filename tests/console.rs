@@ -38,6 +38,7 @@ fn console(store: &DynamoStore) -> Arc<Console<StoreSource<DynamoStore>>> {
         origin: ORIGIN.into(),
         lease_ms: 30_000,
         pending_after_ms: 900_000,
+        payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
     })
 }
@@ -332,6 +333,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
         origin: ORIGIN.into(),
         lease_ms: 30_000,
         pending_after_ms: 900_000,
+        payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
     });
     let call_api = |path: &'static str| {
@@ -390,4 +392,41 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
             "{auth}"
         );
     }
+}
+
+#[tokio::test]
+async fn payouts_that_need_a_person_are_on_the_attention_page() {
+    // GIVEN an open payout, and a console whose horizon it has passed
+    let store = store("console_payouts").await;
+    let supports = |_| true;
+    let request = payhook::payouts::PayoutRequest::parse(
+        br#"{"provider":"generic","account":"wallet_p","amount":300,"currency":"NGN","destination":{"bank":"058"}}"#,
+        payhook::payouts::Limits {
+            max_amount_minor: 1_000_000,
+            supports: &supports,
+        },
+    )
+    .unwrap();
+    let id = payhook::payouts::PayoutId::derive(
+        "caller:local",
+        &payhook::payouts::RequestKey::parse("attention-1").unwrap(),
+    );
+    use payhook::payouts::Payouts;
+    store
+        .open_payout(payhook::payouts::NewPayout {
+            payout: &id,
+            request: &request,
+            shard: 0,
+        })
+        .await
+        .unwrap();
+    let mut c = Arc::try_unwrap(console(&store)).ok().unwrap();
+    c.payout_unresolved_after_ms = 0;
+    // WHEN the operator opens needs attention
+    let page = get(&Arc::new(c), "/attention").await;
+    // THEN the payout is listed with why, and what to do
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains(id.as_str()), "{}", page.body);
+    assert!(page.body.contains("not settled past the horizon"));
+    assert!(page.body.contains(&format!("payhook payouts show {id}")));
 }

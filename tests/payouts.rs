@@ -1071,3 +1071,73 @@ async fn the_cli_creates_shows_and_lists_payouts() {
     assert!(listed.as_array().unwrap().iter().any(|p| p["payout"] == id));
     assert_eq!(balance(&store, "wallet_l").await, 850);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_the_provider_never_shows_waits_for_a_person_never_failed() {
+    // GIVEN a provider that answers 503 to every send and never has the transfer
+    let store = store("payouts_unresolved").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_u", 1_000, "pay_fundu").await;
+    fake.lock().unwrap().mode = Some(Mode::Unavailable);
+    let first = pay(
+        &app,
+        payout_request("u-1", &payout_body("wallet_u", 300), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(first.status, 202);
+    let payout = first.body["payout"].as_str().unwrap().to_owned();
+    // WHEN reconciliation looks after each fence and window, until the sends are spent
+    let mut last = None;
+    for _ in 0..payhook::payouts::MAX_SENDS {
+        tokio::time::sleep(Duration::from_millis(fence_ms() + VISIBILITY_MS as u64)).await;
+        last = Some(reconcile(&store, &url).await);
+    }
+    // THEN it was sent three times under one reference, is still sent (never failed, never
+    // credited back), and the last pass hands it to a person
+    let record = store
+        .payout(&PayoutId::parse(&payout).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((record.status.as_str(), record.sends), ("sent", 3));
+    assert_eq!(fake.lock().unwrap().posts.get(&payout), Some(&3));
+    assert_eq!(balance(&store, "wallet_u").await, 700);
+    let report = last.unwrap();
+    assert!(
+        report
+            .needs_human
+            .iter()
+            .any(|f| f.subject == payout && f.kind == "open_payout"),
+        "{report:?}"
+    );
+    // AND `payhook payouts list --unsettled` lists it with why
+    let out = payhook_env(
+        &mut std::process::Command::new(env!("CARGO_BIN_EXE_payhook")),
+        &store,
+    )
+    .args(["payouts", "list", "--unsettled"])
+    .env("RUST_LOG", "error")
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["payout"] == payout.as_str())
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(
+        (row["sends"].as_i64(), row["reference"].as_str()),
+        (Some(3), Some(payout.as_str()))
+    );
+    assert!(row["why"]
+        .as_str()
+        .unwrap()
+        .contains("sent as often as allowed"));
+}

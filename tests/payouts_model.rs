@@ -453,7 +453,7 @@ async fn run(p: Provider, history: Vec<Step>) {
     // again, and the provider's success for each transfer it holds is delivered.
     tokio::time::sleep(Duration::from_millis(BOUND_MS + 3_000 + VISIBILITY_MS)).await;
     reconcile(&store, &url).await;
-    for k in 0..AMOUNTS.len() {
+    for (k, amount) in AMOUNTS.iter().enumerate() {
         let settle = {
             let mut f = fake.lock().unwrap();
             let reference = payout_of(k).to_string();
@@ -467,11 +467,7 @@ async fn run(p: Provider, history: Vec<Step>) {
             any
         };
         if settle {
-            let r = send(
-                &app,
-                generic_word(&payout_of(k), true, AMOUNTS[k], 1_000 + k),
-            )
-            .await;
+            let r = send(&app, generic_word(&payout_of(k), true, *amount, 1_000 + k)).await;
             assert_eq!(r.status, 200, "{r:?}");
         }
     }

@@ -607,6 +607,7 @@ async fn console(
         origin: origin.clone(),
         lease_ms: config.lease_ms,
         pending_after_ms: config.reconcile.pending_after_ms,
+        payout_unresolved_after_ms: config.reconcile.payout_unresolved_after_ms,
         operator: format!("console:{user}"),
     };
     println!("{origin}/");

@@ -72,6 +72,8 @@ pub struct Console<S> {
     pub lease_ms: i64,
     /// Open payments untouched longer than this need attention (reconciliation's threshold).
     pub pending_after_ms: i64,
+    /// Payouts open longer than this need a person (`PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S`).
+    pub payout_unresolved_after_ms: i64,
     /// Who acts, for audit lines (`console:$USER`).
     pub operator: String,
 }
@@ -86,6 +88,7 @@ impl Console<()> {
             origin: self.origin,
             lease_ms: self.lease_ms,
             pending_after_ms: self.pending_after_ms,
+            payout_unresolved_after_ms: self.payout_unresolved_after_ms,
             operator: self.operator,
         }
     }
@@ -385,10 +388,15 @@ async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
             by_outcome.push((outcome, list));
         }
         let open = c.source.open_payments(now - c.pending_after_ms).await?;
+        let payouts = c
+            .source
+            .unsettled_payouts(c.payout_unresolved_after_ms)
+            .await?;
         Ok::<_, SourceError>(pages::attention(
             &by_outcome,
             open.as_deref(),
             c.pending_after_ms / 1_000,
+            payouts.as_deref(),
         ))
     }
     .await;

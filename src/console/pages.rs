@@ -469,6 +469,7 @@ pub fn attention(
     by_outcome: &[(Outcome, Vec<Value>)],
     open: Option<&[Value]>,
     threshold_s: i64,
+    payouts: Option<&[Value]>,
 ) -> String {
     let mut body = String::new();
     for (outcome, list) in by_outcome {
@@ -517,6 +518,42 @@ pub fn attention(
             body.push_str(&table(
                 "open-payments",
                 &["payment", "provider", "status", "last change", "resolve"],
+                &rows,
+            ));
+        }
+    }
+    body.push_str("<h2>Payouts that need a person</h2>");
+    match payouts {
+        None => body.push_str(&note(
+            "nopayouts",
+            "the read API does not list payouts: run the console on the store",
+        )),
+        Some(list) => {
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|p| {
+                    vec![
+                        format!("<code>{}</code>", esc(s(p, "payout"))),
+                        esc(s(p, "provider")),
+                        esc(s(p, "account")),
+                        format!("{} {}", n(p, "amount"), esc(s(p, "currency"))),
+                        esc(s(p, "status")),
+                        n(p, "sends").to_string(),
+                        esc(s(p, "why")),
+                        format!(
+                            "<code>ask {} about reference {}; payhook payouts show {}</code>",
+                            esc(s(p, "provider")),
+                            esc(s(p, "payout")),
+                            esc(s(p, "payout"))
+                        ),
+                    ]
+                })
+                .collect();
+            body.push_str(&table(
+                "unsettled-payouts",
+                &[
+                    "payout", "provider", "account", "amount", "status", "sends", "why", "resolve",
+                ],
                 &rows,
             ));
         }

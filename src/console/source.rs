@@ -77,6 +77,12 @@ pub trait Source: Send + Sync + 'static {
         &self,
         before_ms: i64,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
+    /// Payouts that need a person (past `horizon_ms`, or sent as often as allowed with no
+    /// transfer shown), or `None` when the source cannot list them (the read API).
+    fn unsettled_payouts(
+        &self,
+        horizon_ms: i64,
+    ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
 }
 
 /// The configured DynamoDB, read through [`crate::read`].
@@ -114,6 +120,12 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
     async fn open_payments(&self, before_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
         let open = read::open_payments(&self.store, before_ms, 100).await?;
         Ok(Some(open.iter().map(json).collect::<Result<Vec<_>, _>>()?))
+    }
+
+    async fn unsettled_payouts(&self, horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        let now = self.store.now_ms();
+        let list = read::unsettled_payouts(&self.store, now, horizon_ms, 100).await?;
+        Ok(Some(list.iter().map(json).collect::<Result<Vec<_>, _>>()?))
     }
 }
 
@@ -309,6 +321,10 @@ impl Source for ApiSource {
     }
 
     async fn open_payments(&self, _before_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
         Ok(None)
     }
 }

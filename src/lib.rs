@@ -74,10 +74,13 @@
 //! caller's `Idempotency-Key` (`payout:{id}`, the id derived from caller and key), record the
 //! payout (`new`), decide its reservation through the account's guard item (one conditional
 //! write per decision, so concurrent payouts never overdraw: [`dynamodb`]'s `payouts` module),
-//! mark it `sent` (conditioned on the send count), call the provider once under the id as its
-//! reference, apply the provider's word under the word's own key, finalize. A call whose outcome
-//! is unknown is never repeated under another reference: the next attempt asks the provider
-//! first. The states and the settlement rule: [`payouts`].
+//! take the call's fence (one conditional write recording until when the call may run, in the
+//! store's time, and the send count), call the provider once under the id as its reference,
+//! apply the provider's word under the word's own key, finalize. Nobody calls a reference while
+//! its fence holds; a call whose outcome is unknown is never repeated under another reference,
+//! and a lookup that finds nothing proves nothing until the send's visibility window has
+//! passed: money comes back only on the provider's word. The states and the settlement rule:
+//! [`payouts`]; the fence and what each look does: [`payouts::calls`].
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

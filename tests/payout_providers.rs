@@ -451,22 +451,22 @@ async fn item1_a_lookup_that_finds_nothing_while_the_post_is_held_fails_nothing(
     })
     .await;
     let timing = Timing {
-        lease_ms: 5_000,
+        lease_ms: 8_000,
         bound_ms: 1_000,
         visibility_ms: 6_000,
     };
     let s = serve(&store, &url, timing, &[]).await;
     fund(&app(store.clone(), 30_000), "wallet_1", 1_000).await;
 
-    // WHEN a payout of 400 times out, and its key is retried every 300 ms for 9 s (through the
-    // fence, the provider's processing, and lookups that find nothing)
+    // WHEN a payout of 400 times out, and its key is retried every 300 ms for 12 s (through
+    // the fence, the provider's processing, and lookups that find nothing)
     let first = pay(&s, "abs-1", "wallet_1", 400).await;
     assert_eq!(
         (first.status, first.body["status"].as_str(), first.replayed),
         (202, Some("sent"), false)
     );
     let payout = first.payout();
-    let answers = retry_for(&s, "abs-1", "wallet_1", 400, 300, 9_000, |a| {
+    let answers = retry_for(&s, "abs-1", "wallet_1", 400, 300, 12_000, |a| {
         assert_eq!(a.payout_status.as_deref(), Some("sent"), "{a:?}");
     })
     .await;
@@ -529,7 +529,7 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
     })
     .await;
     let timing = Timing {
-        lease_ms: 6_000,
+        lease_ms: 8_000,
         bound_ms: 2_000,
         visibility_ms: 10_000,
     };
@@ -557,10 +557,10 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
     drop(first);
     assert!(request.await.unwrap().is_none_or(|a| a.status >= 500));
 
-    // WHEN another process serves the key's retries every 250 ms for 16 s (the lease expires
-    // at 6 s and the claim is taken over; the provider processes the POST at 6 s)
+    // WHEN another process serves the key's retries every 250 ms for 18 s (the lease expires
+    // at 8 s and the claim is taken over; the provider processes the POST at 6 s)
     let s = serve(&store, &url, timing, &[]).await;
-    let answers = retry_for(&s, "take-1", "wallet_2", 400, 250, 16_000, |a| {
+    let answers = retry_for(&s, "take-1", "wallet_2", 400, 250, 18_000, |a| {
         assert!(matches!(a.status, 201 | 202 | 409), "{a:?}");
         assert_eq!(
             total_posts(&fake),
@@ -644,14 +644,14 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
     // WHEN the budget leaves no room for the question after the refusal
     drop(s);
     let slower = Behaviour {
-        hold_ms: 1_500,
+        hold_ms: 1_800,
         ..fake.lock().unwrap().behaviour.unwrap()
     };
     fake.lock().unwrap().behaviour = Some(slower);
-    // The lease fits one call (2 s) with the clock's second, the second after it, and room for
-    // the writes before it: not a second call.
+    // The lease fits one call (2 s) with the clock's second, the second after it, and up to
+    // 1.7 s for the writes before it: not a second call after a refusal that took 1.8 s.
     let tight = Timing {
-        lease_ms: 5_000,
+        lease_ms: 5_700,
         bound_ms: 2_000,
         visibility_ms: 10_000,
     };

@@ -29,10 +29,11 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "payout-token-for-the-tests-0123456789";
 const OTHER_TOKEN: &str = "another-callers-payout-token-987654321";
-/// Short, so the crash tests' takeovers come quickly, and still long enough for one call
-/// (`PROVIDER_TIMEOUT_MS`) with the store clock's second and the writes after it: a request
-/// never starts a call its lease would not outlast.
-const LEASE_MS: i64 = 2_500;
+/// Short, for the tests about takeovers (crashes, leases expiring), and still long enough for
+/// one call (`PROVIDER_TIMEOUT_MS`) with the store clock's second, the second after it, and a
+/// loaded machine's writes before it: a request never starts a call its lease would not
+/// outlast. Every other test runs with [`LONG_LEASE_MS`].
+const LEASE_MS: i64 = 4_000;
 const PROVIDER_TIMEOUT_MS: i64 = 300;
 /// The fake documents that a transfer it took is visible to a lookup at once; half a second
 /// for good measure (recorded on each send).
@@ -151,7 +152,7 @@ fn payout_config_with_lease(api_url: &str, lease_ms: i64) -> Config {
 }
 
 fn payout_app(store: DynamoStore, api_url: &str) -> Arc<App<DynamoStore>> {
-    payout_app_with_lease(store, api_url, LEASE_MS)
+    payout_app_with_lease(store, api_url, LONG_LEASE_MS)
 }
 
 fn payout_app_with_lease(
@@ -377,11 +378,10 @@ async fn one_key_sent_twenty_times_at_once_makes_one_transfer() {
 
 #[tokio::test]
 async fn one_key_twenty_times_with_leases_expiring_mid_attempt_still_makes_one_transfer() {
-    // GIVEN a lease (300 ms) shorter than an attempt takes under twenty-way contention, so
-    // duplicates take the claim over from attempts still running
+    // GIVEN a short lease, so duplicates may take the claim over from attempts that stall
     let store = store("payouts_one_key_takeover").await;
     let (url, fake) = fake_transfers().await;
-    let app = payout_app(store.clone(), &url);
+    let app = payout_app_with_lease(store.clone(), &url, LEASE_MS);
     fund(&app, "wallet_2t", 1_000, "pay_fund2t").await;
     // WHEN one key is sent twenty times at once
     let tasks = (0..20).map(|_| {
@@ -713,7 +713,7 @@ async fn keys_are_the_callers_and_refusals_write_nothing() {
                 caller: "someone-else",
                 key: &key,
                 request: &request,
-                lease_ms: 5_000,
+                lease_ms: LONG_LEASE_MS,
                 aliases: &[],
             },
         )
@@ -730,7 +730,7 @@ async fn a_crash_after_any_write_is_finished_by_a_retry_with_one_transfer() {
     let base = store("payouts_crash").await;
     let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
     let (url, fake) = fake_transfers().await;
-    let app = payout_app(store.clone(), &url);
+    let app = payout_app_with_lease(store.clone(), &url, LEASE_MS);
     fund(&app, "wallet_c", 100_000, "pay_fundc").await;
     let clean = Invocation::new(None);
     let r = invoke(
@@ -837,7 +837,7 @@ async fn a_decision_left_in_the_guard_by_a_crash_is_applied_by_the_next_payout()
     let base = store("payouts_guard").await;
     let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
     let (url, fake) = fake_transfers().await;
-    let app = payout_app(store.clone(), &url);
+    let app = payout_app_with_lease(store.clone(), &url, LEASE_MS);
     let mut found = false;
     for at in 0..60 {
         // GIVEN 100 on an account, and payout A of 100 dying right after one of its writes

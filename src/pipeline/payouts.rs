@@ -266,7 +266,11 @@ impl<S: Store> Pipeline<S> {
     ) -> Result<PayoutAnswer, PipelineError> {
         match self.store.payout(id).await? {
             Some(record) => {
-                let record = if record.status == PayoutStatus::Sent && !record.accepted {
+                // Not settled, and not waiting on a provider that has it: look again (a look
+                // that ran out of time left it reserved; a send may be unresolved).
+                let unsettled = record.status.is_open()
+                    && !(record.status == PayoutStatus::Sent && record.accepted);
+                let record = if unsettled {
                     self.look_at(transfers, record, look).await?
                 } else {
                     record
@@ -307,11 +311,11 @@ impl<S: Store> Pipeline<S> {
             match next(&record, self.store.now_ms()) {
                 Next::Reserve => record = self.store.reserve(&record).await?,
                 Next::Nothing | Next::Wait { .. } => return Ok(record),
+                // Sent or not (no time left, no API here, or someone else's call may run): the
+                // record as it now is answers.
                 Next::Send => {
-                    if self.send(transfers, &record, look).await? {
-                        return self.reread(record).await;
-                    }
-                    record = self.reread(record).await?;
+                    self.send(transfers, &record, look).await?;
+                    return self.reread(record).await;
                 }
                 Next::Ask(purpose) => {
                     self.ask(transfers, &record, purpose, look).await?;
@@ -320,16 +324,6 @@ impl<S: Store> Pipeline<S> {
             }
         }
         Ok(record)
-    }
-
-    /// Asks the provider about a sent payout and applies its word (reconciliation).
-    pub async fn ask_payout<T: Transfers>(
-        &self,
-        transfers: &T,
-        record: &PayoutRecord,
-        lease_ms: i64,
-    ) -> Result<PayoutRecord, PipelineError> {
-        self.resolve(transfers, record.clone(), lease_ms).await
     }
 
     async fn reread(&self, record: PayoutRecord) -> Result<PayoutRecord, PipelineError> {
@@ -366,16 +360,16 @@ impl<S: Store> Pipeline<S> {
         Ok(self.store.take_call(&record.payout, ticket).await?)
     }
 
-    /// Sends the transfer (behind the fence) and applies what the provider answered. `false`
-    /// when it did not send (someone else's call may run, or no time is left).
+    /// Sends the transfer (behind the fence) and applies what the provider answered; sends
+    /// nothing when someone else's call may run, or no time is left.
     async fn send<T: Transfers>(
         &self,
         transfers: &T,
         record: &PayoutRecord,
         look: &Look,
-    ) -> Result<bool, PipelineError> {
+    ) -> Result<(), PipelineError> {
         let Some(marked) = self.fence(transfers, record, CallKind::Send, look).await? else {
-            return Ok(false);
+            return Ok(());
         };
         let money = marked
             .money()
@@ -433,7 +427,7 @@ impl<S: Store> Pipeline<S> {
                 self.store.note_provider(id, note).await?;
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Asks the provider about the payout's reference (behind the fence) and acts on its
@@ -466,9 +460,7 @@ impl<S: Store> Pipeline<S> {
                         absence_proves: true,
                     } if may_resend(&current) => {
                         tracing::warn!(payout = %id, sends = current.sends, "no transfer under the reference past the send's visibility window; sending again under the same reference");
-                        Box::pin(self.send(transfers, &current, look))
-                            .await
-                            .map(|_| ())
+                        Box::pin(self.send(transfers, &current, look)).await
                     }
                     AskPurpose::AfterAmbiguous {
                         absence_proves: true,

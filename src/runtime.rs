@@ -101,33 +101,14 @@ pub async fn dynamo_store(config: &Config) -> DynamoStore {
     }
     let sdk = loader.load().await;
     let client_config = crate::dynamodb::lean::lean(aws_sdk_dynamodb::config::Builder::from(&sdk));
+    // Every process's claims wait for the multi-Region replication check (started off the path
+    // to ready by the binaries; run by the first claim otherwise).
     DynamoStore::new(
         aws_sdk_dynamodb::Client::from_conf(client_config.build()),
         config.tables.clone(),
         config.store,
     )
-}
-
-/// Refuses to serve money on tables replicated with multi-Region eventual consistency
-/// ([`crate::dynamodb::regions`]): the webhook function, `payhook serve` and reconciliation call
-/// it before their first delivery. Whether DescribeTable answers is not the money path's
-/// business: a check that could not run is logged and the process starts (the tables it runs on
-/// were created by this template, without replicas).
-pub async fn refuse_eventual_replicas(
-    store: &DynamoStore,
-) -> Result<(), crate::dynamodb::regions::EventualReplicas> {
-    use crate::dynamodb::regions::ReplicationCheck;
-    match store.check_replication().await {
-        Ok(_) => Ok(()),
-        Err(ReplicationCheck::Eventual(e)) => {
-            tracing::error!(error = %e, "refusing to start");
-            Err(e)
-        }
-        Err(ReplicationCheck::Store(e)) => {
-            tracing::warn!(error = %e, "could not check the tables' replication; starting");
-            Ok(())
-        }
-    }
+    .with_replication_gate()
 }
 
 /// The router's state, built once per process: providers from config (problems logged, the

@@ -198,13 +198,73 @@ async fn serve_refuses_tables_replicated_with_eventual_consistency() {
     .await
     .unwrap();
 
-    // THEN it exits with the reason instead of serving
+    // THEN it was ready at once (the check runs off the path to ready) and exits with the
+    // reason once the check answers, instead of serving money
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("payhook listening on"), "{stderr}");
     assert!(
         stderr.contains("multi-Region eventual consistency") && stderr.contains("last writer wins"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_and_the_first_claim_refuse_eventually_consistent_replicas() {
+    // GIVEN tables described as a global table with eventual consistency
+    let store = store("cli_doctor").await;
+    let endpoint = eventual_global_tables().await;
+    // WHEN `payhook doctor` checks them
+    let (s, e) = (store.clone(), endpoint.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        payhook(&s)
+            .env("AWS_ENDPOINT_URL_DYNAMODB", e)
+            .arg("doctor")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    // THEN it says money must not move, and why, and exits 1
+    assert_eq!(out.status.code(), Some(1));
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdict["money_may_move"], false);
+    assert!(verdict["reason"]
+        .as_str()
+        .unwrap()
+        .contains("last writer wins"));
+    // AND on the real (single-Region) tables money may move
+    let s = store.clone();
+    let out = tokio::task::spawn_blocking(move || payhook(&s).arg("doctor").output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdict["money_may_move"], true);
+    assert_eq!(verdict["tables"].as_array().unwrap().len(), 4);
+
+    // WHEN a gated store's first claim meets them (what a Lambda's first delivery does)
+    let gated = payhook::dynamodb::DynamoStore::new(
+        aws_sdk_dynamodb::Client::from_conf(common::sdk_builder().endpoint_url(&endpoint).build()),
+        store.tables().clone(),
+        common::settings(),
+    )
+    .with_replication_gate();
+    use payhook::idempotency::Claims;
+    let key = payhook::domain::IdempotencyKey::from_stored("generic:payment:pay_gate".into());
+    let fp = payhook::domain::Fingerprint::from_stored("{}".into());
+    let claimed = gated.claim(&key, &fp, 30_000).await;
+    // THEN it is refused (retryable: answered 503), with the reason
+    let err = claimed.expect_err("a claim on eventual replicas");
+    let why = std::error::Error::source(&err)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(why.contains("last writer wins"), "{err:?}");
 }
 
 /// The audit lines (`payhook::audit`) a command wrote to stderr, as JSON.

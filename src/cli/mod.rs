@@ -59,6 +59,10 @@ pub enum Command {
         #[command(subcommand)]
         action: TablesAction,
     },
+    /// Checks the configured tables the way a process does before its first claim: their
+    /// multi-Region replication (eventual consistency refused). Prints each table's verdict
+    /// (JSON); exits 1 when money must not move on them. For tables made outside the template.
+    Doctor,
     /// The ledger's stored layout: how many shards each account's entries spread over.
     Ledger {
         #[command(subcommand)]
@@ -306,9 +310,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             read_api,
             metrics,
         } => {
-            crate::runtime::refuse_eventual_replicas(&store)
-                .await
-                .map_err(|e| CliError::Other(e.to_string()))?;
+            store.start_replication_check();
             serve(
                 addr,
                 read_api,
@@ -319,6 +321,7 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
             .await
         }
         Command::Tables { action } => tables(action, &store).await,
+        Command::Doctor => doctor(&store).await,
         Command::Ledger {
             action: LedgerAction::Shards { grow, grow_index },
         } => ledger_shards(grow, grow_index, &store).await,
@@ -631,6 +634,29 @@ async fn console(
     Ok(done?)
 }
 
+/// `payhook doctor`: the replication check, on demand.
+async fn doctor(store: &DynamoStore) -> Result<(), CliError> {
+    use crate::dynamodb::regions::{Replication, ReplicationCheck};
+    match store.check_replication().await {
+        Ok(verdicts) => {
+            let tables: Vec<serde_json::Value> = verdicts
+                .iter()
+                .map(|v| match v {
+                    Replication::Single => serde_json::json!({"replication": "single-region"}),
+                    Replication::Strong { regions } => serde_json::json!(
+                        {"replication": "multi-region strong consistency", "regions": regions}),
+                })
+                .collect();
+            print_json(&serde_json::json!({"money_may_move": true, "tables": tables}))
+        }
+        Err(ReplicationCheck::Eventual(e)) => {
+            print_json(&serde_json::json!({"money_may_move": false, "reason": e.to_string()}))?;
+            Err(CliError::Other(e.to_string()))
+        }
+        Err(ReplicationCheck::Store(e)) => Err(CliError::Store(e)),
+    }
+}
+
 /// Serves the router on `addr` until Ctrl-C or SIGTERM, EMF lines to `metrics`.
 async fn serve(
     addr: SocketAddr,
@@ -640,6 +666,7 @@ async fn serve(
     store: DynamoStore,
 ) -> Result<(), CliError> {
     let access = serve_read_access(addr, read_api, &config)?;
+    let gated = store.clone();
     let mut app = crate::runtime::build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
@@ -657,9 +684,19 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");
     eprintln!("payhook listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, crate::http::router(app))
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    let server = axum::serve(listener, crate::http::router(app)).with_graceful_shutdown(shutdown());
+    // Ready before the replication check answers; a verdict against the tables ends the process
+    // (every claim before it was refused already: the claims wait for it).
+    let refused = async {
+        match gated.replication_verdict().await {
+            Some(e) => e,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = server => served?,
+        e = refused => return Err(CliError::Other(e.to_string())),
+    }
     Ok(())
 }
 

@@ -149,6 +149,8 @@ impl Claims for DynamoStore {
         fingerprint: &Fingerprint,
         lease_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
+        // The first write of every money movement: never on tables that cannot referee it.
+        self.replication_allows().await?;
         let token = OwnerToken::generate();
         for _ in 0..CLAIM_ROUNDS {
             let existing = match self.put_claim(key, fingerprint, &token, lease_ms).await? {

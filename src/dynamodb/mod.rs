@@ -61,6 +61,9 @@ pub struct DynamoStore {
     layout_cache: Arc<tokio::sync::OnceCell<crate::ledger::Layout>>,
     /// DynamoDB's time, learned from its answers: every timestamp the store writes or judges.
     clock: StoreClock,
+    /// The multi-Region replication check every claim waits for, when gated
+    /// ([`regions`]): run once, off the path to ready.
+    gate: Option<Arc<regions::ReplicationGate>>,
 }
 
 impl DynamoStore {
@@ -88,6 +91,7 @@ impl DynamoStore {
             settings,
             layout_cache: Arc::default(),
             clock,
+            gate: None,
         }
     }
 

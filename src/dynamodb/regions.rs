@@ -11,7 +11,14 @@
 //!   one in progress elsewhere fails with a retryable error, answered 5xx like any unavailable
 //!   store. MRSC has no TTL: DONE claims and log items then never expire (docs/deploy.md).
 //!
-//! Read by `DescribeTable` (the table's `Replicas` and `MultiRegionConsistency`).
+//! Read by `DescribeTable` (the table's `Replicas` and `MultiRegionConsistency`), **off the
+//! path to ready**: a process starts the check at start-up ([`DynamoStore::start_replication_check`])
+//! and serves at once; the first claim (the first write of every money movement: a credit, a
+//! refund, a payout, a settlement word) waits for the verdict if it is not in yet, and every
+//! claim after it reads it from memory. So no cold start pays four `DescribeTable` round trips,
+//! a DynamoDB unreachable at start cannot stretch init, and still no money moves on a table
+//! with eventually consistent replicas: its claims fail (503, retryable) with the reason, and
+//! `payhook serve` exits with it. `payhook doctor` runs the same check on demand.
 
 use aws_sdk_dynamodb::types::{MultiRegionConsistency, TableDescription};
 
@@ -62,6 +69,14 @@ pub fn replication(table: &str, desc: &TableDescription) -> Result<Replication, 
     }
 }
 
+/// The check, run once per process and awaited by the first claim. `None`: money may move
+/// (one Region, strong replicas, or a check that could not run: a store that does not answer
+/// DescribeTable will not answer the claim either).
+#[derive(Debug, Default)]
+pub struct ReplicationGate {
+    verdict: tokio::sync::OnceCell<Option<EventualReplicas>>,
+}
+
 /// Why a process must not start, or could not tell.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicationCheck {
@@ -72,6 +87,57 @@ pub enum ReplicationCheck {
 }
 
 impl DynamoStore {
+    /// The same store, its claims gated by the replication check (what every process that
+    /// moves money uses; tests and tools that build a store on tables they made need no gate).
+    pub fn with_replication_gate(mut self) -> Self {
+        self.gate = Some(std::sync::Arc::new(ReplicationGate::default()));
+        self
+    }
+
+    /// Starts the replication check in the background, if this store is gated: the process
+    /// is ready before it answers.
+    pub fn start_replication_check(&self) {
+        if self.gate.is_some() {
+            let store = self.clone();
+            tokio::spawn(async move {
+                let _ = store.replication_verdict().await;
+            });
+        }
+    }
+
+    /// The verdict, run once (whoever asks first runs it; the others wait for it).
+    pub async fn replication_verdict(&self) -> Option<EventualReplicas> {
+        let gate = self.gate.as_ref()?;
+        gate.verdict
+            .get_or_init(|| async {
+                match self.check_replication().await {
+                    Ok(_) => None,
+                    Err(ReplicationCheck::Eventual(e)) => {
+                        tracing::error!(error = %e, "refusing to move money on these tables");
+                        Some(e)
+                    }
+                    Err(ReplicationCheck::Store(e)) => {
+                        tracing::warn!(error = %e, "could not check the tables' replication; not refusing");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    /// Before a claim: `Err` when the tables must not move money.
+    pub(crate) async fn replication_allows(&self) -> Result<(), StoreError> {
+        match self.replication_verdict().await {
+            None => Ok(()),
+            Some(e) => Err(StoreError::Unavailable {
+                operation: "a claim (refused: eventually consistent replicas)",
+                table: e.table.clone(),
+                source: Box::new(e),
+            }),
+        }
+    }
+
     /// Describes the four tables and refuses any with eventually consistent replicas.
     pub async fn check_replication(&self) -> Result<Vec<Replication>, ReplicationCheck> {
         let t = &self.tables;

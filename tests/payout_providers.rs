@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
+use common::transfer_api::{Behaviour, Seen, Shared, PATIENT};
 use common::*;
 use payhook::domain::{AccountId, Currency};
 use payhook::dynamodb::DynamoStore;
@@ -20,152 +19,12 @@ use payhook::http::App;
 use payhook::ledger::Ledger;
 use serde_json::{json, Value};
 
-/// How the fake provider behaves.
-#[derive(Debug, Clone, Copy)]
-struct Behaviour {
-    /// How long it holds a POST before answering (payhook may have given up by then).
-    hold_ms: u64,
-    /// The transfer exists (and shows to a lookup) only once the POST is processed, after the
-    /// hold; otherwise at once.
-    commits_after_answering: bool,
-    /// A POST under a reference it already has returns that transfer; otherwise it makes
-    /// another one (and pays again).
-    dedupes: bool,
-    /// Refuses every POST with this status (after the hold), making nothing.
-    refuses: Option<u16>,
-}
-
-const PATIENT: Behaviour = Behaviour {
-    hold_ms: 0,
-    commits_after_answering: false,
-    dedupes: true,
-    refuses: None,
-};
-
-struct Transfer {
-    reference: String,
-    amount: i64,
-    status: String,
-    visible_at: Instant,
-}
-
-#[derive(Default)]
-struct Fake {
-    behaviour: Option<Behaviour>,
-    transfers: Vec<Transfer>,
-    posts: HashMap<String, usize>,
-    gets: HashMap<String, usize>,
-}
-
-type Shared = Arc<Mutex<Fake>>;
-
-async fn create_transfer(
-    State(fake): State<Shared>,
-    body: String,
-) -> (axum::http::StatusCode, String) {
-    let v: Value = serde_json::from_str(&body).unwrap();
-    let reference = v["reference"].as_str().unwrap().to_owned();
-    let b = {
-        let mut f = fake.lock().unwrap();
-        *f.posts.entry(reference.clone()).or_insert(0) += 1;
-        f.behaviour.unwrap_or(PATIENT)
-    };
-    let hold = Duration::from_millis(b.hold_ms);
-    if let Some(status) = b.refuses {
-        tokio::time::sleep(hold).await;
-        let code = axum::http::StatusCode::from_u16(status).unwrap();
-        return (code, json!({"message": "refused"}).to_string());
-    }
-    let status = {
-        let mut f = fake.lock().unwrap();
-        let existing = f.transfers.iter().find(|t| t.reference == reference);
-        match existing {
-            Some(t) if b.dedupes => t.status.clone(),
-            _ => {
-                let visible_at = Instant::now()
-                    + if b.commits_after_answering {
-                        hold
-                    } else {
-                        Duration::ZERO
-                    };
-                f.transfers.push(Transfer {
-                    reference: reference.clone(),
-                    amount: v["amount"].as_i64().unwrap(),
-                    status: "pending".into(),
-                    visible_at,
-                });
-                "pending".to_owned()
-            }
-        }
-    };
-    tokio::time::sleep(hold).await;
-    (
-        axum::http::StatusCode::OK,
-        json!({"reference": reference, "status": status}).to_string(),
-    )
-}
-
-async fn get_transfer(
-    State(fake): State<Shared>,
-    Path(reference): Path<String>,
-) -> (axum::http::StatusCode, String) {
-    let mut f = fake.lock().unwrap();
-    *f.gets.entry(reference.clone()).or_insert(0) += 1;
-    let now = Instant::now();
-    match f
-        .transfers
-        .iter()
-        .find(|t| t.reference == reference && t.visible_at <= now)
-    {
-        Some(t) => (
-            axum::http::StatusCode::OK,
-            json!({"reference": reference, "status": t.status}).to_string(),
-        ),
-        None => (axum::http::StatusCode::NOT_FOUND, "{}".into()),
-    }
-}
-
-async fn fake_provider(behaviour: Behaviour) -> (String, Shared) {
-    let fake: Shared = Arc::new(Mutex::new(Fake {
-        behaviour: Some(behaviour),
-        ..Fake::default()
-    }));
-    let app = axum::Router::new()
-        .route("/transfers", axum::routing::post(create_transfer))
-        .route("/transfers/{reference}", axum::routing::get(get_transfer))
-        .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), fake)
-}
-
-/// What the fake saw of one reference: POSTs, lookups, transfers made and the money in them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seen {
-    posts: usize,
-    gets: usize,
-    transfers: usize,
-    sent_minor: i64,
-}
-
 fn seen(fake: &Shared, reference: &str) -> Seen {
-    let f = fake.lock().unwrap();
-    let made: Vec<&Transfer> = f
-        .transfers
-        .iter()
-        .filter(|t| t.reference == reference)
-        .collect();
-    Seen {
-        posts: f.posts.get(reference).copied().unwrap_or(0),
-        gets: f.gets.get(reference).copied().unwrap_or(0),
-        transfers: made.len(),
-        sent_minor: made.iter().map(|t| t.amount).sum(),
-    }
+    fake.lock().unwrap().seen(reference)
 }
 
 fn total_posts(fake: &Shared) -> usize {
-    fake.lock().unwrap().posts.values().sum()
+    fake.lock().unwrap().total_posts()
 }
 
 // ------------------------------------------------------------------------------- the binary
@@ -235,6 +94,11 @@ async fn serve(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("payhook serve did not start");
+}
+
+/// The fake provider, judging overlaps by payhook's bound in `timing`.
+async fn fake_provider(b: Behaviour, timing: Timing) -> (String, Shared) {
+    common::transfer_api::start(b, timing.bound_ms).await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -443,18 +307,21 @@ async fn item1_a_lookup_that_finds_nothing_while_the_post_is_held_fails_nothing(
     // and does not dedupe by reference; payhook gives up on a call after 1 s and records a 6 s
     // visibility window for it
     let store = store("pp_absence").await;
-    let (url, fake) = fake_provider(Behaviour {
-        hold_ms: 3_000,
-        commits_after_answering: true,
-        dedupes: false,
-        refuses: None,
-    })
-    .await;
     let timing = Timing {
         lease_ms: 8_000,
         bound_ms: 1_000,
         visibility_ms: 6_000,
     };
+    let (url, fake) = fake_provider(
+        Behaviour {
+            hold_ms: 3_000,
+            commits_after_answering: true,
+            dedupes: false,
+            ..PATIENT
+        },
+        timing,
+    )
+    .await;
     let s = serve(&store, &url, timing, &[]).await;
     fund(&app(store.clone(), 30_000), "wallet_1", 1_000).await;
 
@@ -514,6 +381,7 @@ async fn item1_a_lookup_that_finds_nothing_while_the_post_is_held_fails_nothing(
     );
     assert_eq!(balance(&store, "wallet_1").await, 600);
     assert_eq!(total_posts(&fake), 1);
+    assert!(fake.lock().unwrap().overlaps.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,18 +389,21 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
     // GIVEN a provider that holds a POST 6 s (past payhook's 2 s bound), commits after
     // answering and does not dedupe; a payout request is killed (SIGKILL) mid-call
     let store = store("pp_takeover").await;
-    let (url, fake) = fake_provider(Behaviour {
-        hold_ms: 6_000,
-        commits_after_answering: true,
-        dedupes: false,
-        refuses: None,
-    })
-    .await;
     let timing = Timing {
         lease_ms: 8_000,
         bound_ms: 2_000,
         visibility_ms: 10_000,
     };
+    let (url, fake) = fake_provider(
+        Behaviour {
+            hold_ms: 6_000,
+            commits_after_answering: true,
+            dedupes: false,
+            ..PATIENT
+        },
+        timing,
+    )
+    .await;
     fund(&app(store.clone(), 30_000), "wallet_2", 1_000).await;
     let first = serve(&store, &url, timing, &[]).await;
     let port = first.port;
@@ -590,6 +461,11 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
         .count();
     assert_eq!(first_hand, 1, "{answers:?}");
     assert_eq!(answers.last().map(|a| a.status), Some(201), "{answers:?}");
+    assert!(
+        fake.lock().unwrap().overlaps.is_empty(),
+        "{:?}",
+        fake.lock().unwrap().overlaps
+    );
 
     // AND a process whose lease a call would outlive never starts one
     let short = Timing {
@@ -610,19 +486,22 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
 async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
     // GIVEN a provider that refuses every transfer with 400 after 500 ms
     let store = store("pp_refusal").await;
-    let (url, fake) = fake_provider(Behaviour {
-        hold_ms: 500,
-        commits_after_answering: false,
-        dedupes: false,
-        refuses: Some(400),
-    })
-    .await;
-    fund(&app(store.clone(), 30_000), "wallet_3", 1_000).await;
     let roomy = Timing {
         lease_ms: 10_000,
         bound_ms: 2_000,
         visibility_ms: 10_000,
     };
+    let (url, fake) = fake_provider(
+        Behaviour {
+            hold_ms: 500,
+            dedupes: false,
+            refuses: Some(400),
+            ..PATIENT
+        },
+        roomy,
+    )
+    .await;
+    fund(&app(store.clone(), 30_000), "wallet_3", 1_000).await;
     let s = serve(&store, &url, roomy, &[]).await;
 
     // WHEN a payout is refused
@@ -645,9 +524,9 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
     drop(s);
     let slower = Behaviour {
         hold_ms: 1_800,
-        ..fake.lock().unwrap().behaviour.unwrap()
+        ..fake.lock().unwrap().behaviour
     };
-    fake.lock().unwrap().behaviour = Some(slower);
+    fake.lock().unwrap().behaviour = slower;
     // The lease fits one call (2 s) with the clock's second, the second after it, and up to
     // 1.7 s for the writes before it: not a second call after a refusal that took 1.8 s.
     let tight = Timing {
@@ -691,13 +570,13 @@ async fn item3_a_refusal_is_asked_about_once_then_failed_within_the_bound() {
 async fn item4_one_payout_tells_one_story_to_every_caller() {
     // GIVEN a provider that takes transfers at once (pending)
     let store = store("pp_story").await;
-    let (url, _fake) = fake_provider(PATIENT).await;
-    fund(&app(store.clone(), 30_000), "wallet_4", 1_000).await;
     let timing = Timing {
         lease_ms: 30_000,
         bound_ms: 1_000,
         visibility_ms: 1_000,
     };
+    let (url, _fake) = fake_provider(PATIENT, timing).await;
+    fund(&app(store.clone(), 30_000), "wallet_4", 1_000).await;
     let s = Arc::new(serve(&store, &url, timing, &[]).await);
 
     // WHEN eight callers send the same key at once
@@ -764,13 +643,13 @@ async fn item4_one_payout_tells_one_story_to_every_caller() {
 async fn item5_a_word_from_another_provider_or_about_other_money_moves_nothing() {
     // GIVEN a payout of 400 sent through the generic provider and paid
     let store = store("pp_provenance").await;
-    let (url, _fake) = fake_provider(PATIENT).await;
-    fund(&app(store.clone(), 30_000), "wallet_5", 1_000).await;
     let timing = Timing {
         lease_ms: 30_000,
         bound_ms: 1_000,
         visibility_ms: 1_000,
     };
+    let (url, _fake) = fake_provider(PATIENT, timing).await;
+    fund(&app(store.clone(), 30_000), "wallet_5", 1_000).await;
     let s = serve(&store, &url, timing, &[]).await;
     let a = pay(&s, "prov-1", "wallet_5", 400).await;
     let payout = a.payout();
@@ -822,13 +701,13 @@ async fn item5_a_word_from_another_provider_or_about_other_money_moves_nothing()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item6_a_retry_after_a_credential_change_names_the_same_payout() {
     let store = store("pp_callers").await;
-    let (url, fake) = fake_provider(PATIENT).await;
-    fund(&app(store.clone(), 30_000), "wallet_6", 2_000).await;
     let timing = Timing {
         lease_ms: 30_000,
         bound_ms: 1_000,
         visibility_ms: 1_000,
     };
+    let (url, fake) = fake_provider(PATIENT, timing).await;
+    fund(&app(store.clone(), 30_000), "wallet_6", 2_000).await;
     // GIVEN a payout made with the old token
     let old = serve(&store, &url, timing, &[("PAYHOOK_PAYOUT_TOKEN", TOKEN)]).await;
     let first = pay_with(&old, TOKEN, "rot-1", "wallet_6", 600)

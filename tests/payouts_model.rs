@@ -20,13 +20,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
 use axum::http::Request;
+use common::transfer_api::{Behaviour, Shared};
 use common::*;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency};
@@ -38,7 +37,7 @@ use payhook::payouts::{PayoutId, PayoutStatus, Payouts};
 use payhook::providers::Providers;
 use payhook::reconcile::{HttpProviderApi, ReconcileSettings, Reconciler};
 use proptest::prelude::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const TOKEN: &str = "payout-token-for-the-payouts-model-0001";
 const PAYSTACK_SECRET: &str = "sk_test_payouts_model_paystack";
@@ -52,16 +51,7 @@ const LEASE_MS: i64 = 3_500;
 /// The window payhook records: longer than the provider ever takes to show a transfer.
 const VISIBILITY_MS: u64 = 1_500;
 
-#[derive(Debug, Clone, Copy)]
-struct Provider {
-    hold_ms: u64,
-    commits_after_answering: bool,
-    /// After processing, how much longer a lookup still misses the transfer.
-    lag_ms: u64,
-    dedupes: bool,
-}
-
-fn provider() -> impl Strategy<Value = Provider> {
+fn provider() -> impl Strategy<Value = Behaviour> {
     (
         prop::sample::select(vec![0_u64, 250, 700]),
         any::<bool>(),
@@ -69,11 +59,12 @@ fn provider() -> impl Strategy<Value = Provider> {
         any::<bool>(),
     )
         .prop_map(
-            |(hold_ms, commits_after_answering, lag_ms, dedupes)| Provider {
+            |(hold_ms, commits_after_answering, lag_ms, dedupes)| Behaviour {
                 hold_ms,
                 commits_after_answering,
                 lag_ms,
                 dedupes,
+                refuses: None,
             },
         )
 }
@@ -116,129 +107,6 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (k.clone(), any::<bool>()).prop_map(|(k, success)| Step::Settle { k, success }),
         1 => (k, any::<bool>()).prop_map(|(k, paystack)| Step::Foreign { k, paystack }),
     ]
-}
-
-// ------------------------------------------------------------------------------- the fake
-
-struct Transfer {
-    reference: String,
-    amount: i64,
-    status: &'static str,
-    visible_at: Instant,
-}
-
-struct Fake {
-    p: Provider,
-    transfers: Vec<Transfer>,
-    /// Each call (send or lookup) for a reference: when it arrived, and when it answered.
-    calls: HashMap<String, Vec<(Instant, Option<Instant>)>>,
-    /// A call that arrived while an earlier one for the same reference could still run.
-    overlaps: Vec<String>,
-}
-
-type Shared = Arc<Mutex<Fake>>;
-
-/// A call arrives: it overlaps an earlier one still running for payhook (not answered yet, and
-/// inside payhook's bound: past it payhook has given up on that call). Returns its index.
-fn arrive(f: &mut Fake, reference: &str) -> usize {
-    let now = Instant::now();
-    let bound = Duration::from_millis(BOUND_MS);
-    let calls = f.calls.entry(reference.to_owned()).or_default();
-    let running = calls
-        .iter()
-        .filter(|(at, end)| now < end.unwrap_or(*at + bound).min(*at + bound))
-        .count();
-    calls.push((now, None));
-    let index = calls.len() - 1;
-    if running > 0 {
-        f.overlaps
-            .push(format!("{reference}: a call while {running} other(s) ran"));
-    }
-    index
-}
-
-/// A call answers.
-fn answered(fake: &Shared, reference: &str, index: usize) {
-    let mut f = fake.lock().unwrap();
-    if let Some(call) = f.calls.get_mut(reference).and_then(|c| c.get_mut(index)) {
-        call.1 = Some(Instant::now());
-    }
-}
-
-async fn create(State(fake): State<Shared>, body: String) -> (axum::http::StatusCode, String) {
-    let v: Value = serde_json::from_str(&body).unwrap();
-    let reference = v["reference"].as_str().unwrap().to_owned();
-    let (hold, status, index) = {
-        let mut f = fake.lock().unwrap();
-        let index = arrive(&mut f, &reference);
-        let p = f.p;
-        let hold = Duration::from_millis(p.hold_ms);
-        let existing = f.transfers.iter().find(|t| t.reference == reference);
-        let status = match existing {
-            Some(t) if p.dedupes => t.status,
-            _ => {
-                let processed = if p.commits_after_answering {
-                    hold
-                } else {
-                    Duration::ZERO
-                };
-                f.transfers.push(Transfer {
-                    reference: reference.clone(),
-                    amount: v["amount"].as_i64().unwrap(),
-                    status: "pending",
-                    visible_at: Instant::now() + processed + Duration::from_millis(p.lag_ms),
-                });
-                "pending"
-            }
-        };
-        (hold, status, index)
-    };
-    tokio::time::sleep(hold).await;
-    answered(&fake, &reference, index);
-    (
-        axum::http::StatusCode::OK,
-        json!({"reference": reference, "status": status}).to_string(),
-    )
-}
-
-async fn lookup(
-    State(fake): State<Shared>,
-    Path(reference): Path<String>,
-) -> (axum::http::StatusCode, String) {
-    let mut f = fake.lock().unwrap();
-    let index = arrive(&mut f, &reference);
-    if let Some(call) = f.calls.get_mut(&reference).and_then(|c| c.get_mut(index)) {
-        call.1 = Some(Instant::now());
-    }
-    let now = Instant::now();
-    match f
-        .transfers
-        .iter()
-        .find(|t| t.reference == reference && t.visible_at <= now)
-    {
-        Some(t) => (
-            axum::http::StatusCode::OK,
-            json!({"reference": reference, "status": t.status}).to_string(),
-        ),
-        None => (axum::http::StatusCode::NOT_FOUND, "{}".into()),
-    }
-}
-
-async fn fake_provider(p: Provider) -> (String, Shared) {
-    let fake: Shared = Arc::new(Mutex::new(Fake {
-        p,
-        transfers: Vec::new(),
-        calls: HashMap::new(),
-        overlaps: Vec::new(),
-    }));
-    let app = axum::Router::new()
-        .route("/transfers", axum::routing::post(create))
-        .route("/transfers/{reference}", axum::routing::get(lookup))
-        .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), fake)
 }
 
 // ------------------------------------------------------------------------------- payhook
@@ -376,17 +244,7 @@ async fn debited(store: &DynamoStore) -> ([i64; 3], i64) {
 /// What the provider holds paid out under each key's reference.
 fn sent(fake: &Shared) -> [i64; 3] {
     let f = fake.lock().unwrap();
-    let mut out = [0; 3];
-    for (k, s) in out.iter_mut().enumerate() {
-        let reference = payout_of(k).to_string();
-        *s = f
-            .transfers
-            .iter()
-            .filter(|t| t.reference == reference && t.status != "failed")
-            .map(|t| t.amount)
-            .sum();
-    }
-    out
+    [0, 1, 2].map(|k| f.out_minor(payout_of(k).as_str()))
 }
 
 async fn check(store: &DynamoStore, fake: &Shared, history: &[Step], at: &str) {
@@ -411,9 +269,9 @@ async fn check(store: &DynamoStore, fake: &Shared, history: &[Step], at: &str) {
     assert!(overlaps.is_empty(), "{at}: {overlaps:?}\n{history:?}");
 }
 
-async fn run(p: Provider, history: Vec<Step>) {
+async fn run(p: Behaviour, history: Vec<Step>) {
     let store = store("payouts_model").await;
-    let (url, fake) = fake_provider(p).await;
+    let (url, fake) = common::transfer_api::start(p, BOUND_MS).await;
     let app = payout_app(store.clone(), &url);
     let funding = payment_body("evt_model_fund", "pay_model_fund", ACCOUNT, FUNDS, "NGN");
     assert_eq!(send(&app, signed(&funding)).await.status, 200);
@@ -435,20 +293,14 @@ async fn run(p: Provider, history: Vec<Step>) {
             Step::Settle { k, success } => {
                 // The provider ends what it holds (a transfer already ended keeps its end) and
                 // says how it ended.
-                let reference = payout_of(k).to_string();
-                let ended = {
-                    let mut f = fake.lock().unwrap();
-                    let mut ended = None;
-                    for t in f.transfers.iter_mut().filter(|t| t.reference == reference) {
-                        if t.status == "pending" {
-                            t.status = if success { "success" } else { "failed" };
-                        }
-                        ended = ended.or(Some(t.status == "success"));
-                    }
-                    ended
-                };
-                if let Some(success) = ended {
-                    let r = send(&app, generic_word(&payout_of(k), success, AMOUNTS[k], n)).await;
+                let word = if success { "success" } else { "failed" };
+                let ended = fake.lock().unwrap().settle(payout_of(k).as_str(), word);
+                if let Some(ended) = ended {
+                    let r = send(
+                        &app,
+                        generic_word(&payout_of(k), ended == "success", AMOUNTS[k], n),
+                    )
+                    .await;
                     assert!(matches!(r.status, 200 | 409), "step {n}: {r:?}");
                 }
             }
@@ -472,19 +324,11 @@ async fn run(p: Provider, history: Vec<Step>) {
     tokio::time::sleep(Duration::from_millis(BOUND_MS + 3_000 + VISIBILITY_MS)).await;
     reconcile(&store, &url).await;
     for (k, amount) in AMOUNTS.iter().enumerate() {
-        let settle = {
-            let mut f = fake.lock().unwrap();
-            let reference = payout_of(k).to_string();
-            let mut any = false;
-            for t in f.transfers.iter_mut().filter(|t| t.reference == reference) {
-                if t.status == "pending" {
-                    t.status = "success";
-                }
-                any |= t.status == "success";
-            }
-            any
-        };
-        if settle {
+        let ended = fake
+            .lock()
+            .unwrap()
+            .settle(payout_of(k).as_str(), "success");
+        if ended == Some("success") {
             let r = send(&app, generic_word(&payout_of(k), true, *amount, 1_000 + k)).await;
             assert_eq!(r.status, 200, "{r:?}");
         }
@@ -503,6 +347,15 @@ async fn run(p: Provider, history: Vec<Step>) {
     }
 }
 
+fn run_blocking(p: Behaviour, history: Vec<Step>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run(p, history));
+}
+
 fn cases() -> u32 {
     std::env::var("PAYHOOK_MODEL_CASES")
         .ok()
@@ -518,12 +371,7 @@ proptest! {
         p in provider(),
         history in proptest::collection::vec(step(), 4..12)
     ) {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(run(p, history));
+        run_blocking(p, history);
     }
 }
 
@@ -533,11 +381,12 @@ proptest! {
 /// looks in between, and a foreign word arrives.
 #[test]
 fn a_slow_forgetful_provider_that_pays_every_post() {
-    let p = Provider {
+    let p = Behaviour {
         hold_ms: 700,
         commits_after_answering: true,
         lag_ms: 400,
         dedupes: false,
+        refuses: None,
     };
     let history = vec![
         Step::Die {
@@ -558,12 +407,7 @@ fn a_slow_forgetful_provider_that_pays_every_post() {
         Step::Reconcile,
         Step::Pay { k: 2 },
     ];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run(p, history));
+    run_blocking(p, history);
 }
 
 /// Found by the model under two busy cores (a checker's mistake, kept as a case): a request dies
@@ -571,11 +415,12 @@ fn a_slow_forgetful_provider_that_pays_every_post() {
 /// and the same look sends again at once: two calls in a row, never two at once.
 #[test]
 fn found_a_dead_request_then_a_lookup_and_a_resend_in_a_row() {
-    let p = Provider {
+    let p = Behaviour {
         hold_ms: 700,
         commits_after_answering: true,
         lag_ms: 400,
         dedupes: false,
+        refuses: None,
     };
     let history = vec![
         Step::Reconcile,
@@ -598,10 +443,5 @@ fn found_a_dead_request_then_a_lookup_and_a_resend_in_a_row() {
         Step::Reconcile,
         Step::Die { k: 0, after_ms: 60 },
     ];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run(p, history));
+    run_blocking(p, history);
 }

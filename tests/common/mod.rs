@@ -4,6 +4,7 @@
 
 pub mod console_seed;
 pub mod faults;
+pub mod transfer_api;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};

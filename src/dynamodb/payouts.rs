@@ -101,10 +101,17 @@ fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
         ambiguous: matches!(item.get("ambiguous"), Some(AttributeValue::Bool(true))),
         accepted: matches!(item.get("accepted"), Some(AttributeValue::Bool(true))),
         refused: r.opt_str("refused").map(str::to_owned),
-        // Absent on payouts of the previous schema: no fence, and no window recorded (a lookup
-        // then proves absence at once, as it did when they were sent).
+        // Absent on payouts sent by the release before fences: no fence (its calls were bounded
+        // by 5 s and are long over, or still run under the old code's own rules), and the
+        // longest window any provider has, from the payout's last write: decided by what is
+        // stored, so every process judges it alike.
         call_until_ms: r.opt_num("call_until_ms")?.unwrap_or(0),
-        absent_after_ms: r.opt_num("absent_after_ms")?.unwrap_or(0),
+        absent_after_ms: match r.opt_num("absent_after_ms")? {
+            Some(at) => at,
+            None => r
+                .num("updated_at_ms")?
+                .saturating_add(crate::payouts::calls::LEGACY_WINDOW_MS),
+        },
         provider_status: r.opt_str("provider_status").map(str::to_owned),
         available_minor: r.opt_num("available_minor")?,
         created_at_ms: r.num("created_at_ms")?,

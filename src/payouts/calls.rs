@@ -46,6 +46,10 @@ pub const FINISH_MS: i64 = 1_000;
 /// A request answers within this, whatever its lease: API Gateway gives up at 29 s.
 pub const REQUEST_BUDGET_MS: i64 = 25_000;
 
+/// The visibility window of a send recorded by the release before fences (no
+/// `absent_after_ms`): the longest any provider's is, counted from the payout's last write.
+pub const LEGACY_WINDOW_MS: i64 = 600_000;
+
 /// A payout not settled this long after it was opened needs a person (the default of
 /// `PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S`): providers settle transfers within a day.
 pub const UNRESOLVED_AFTER_MS: i64 = 24 * 3_600_000;
@@ -115,15 +119,22 @@ pub fn next(record: &PayoutRecord, now_ms: i64) -> Next {
     if record.status == PayoutStatus::Reserved {
         return Next::Send;
     }
+    Next::Ask(ask_purpose(record, now_ms))
+}
+
+/// What a lookup's "not found" would mean for a `sent` payout now (its own fence aside): the
+/// asker judges again from the record its fence write returned, so a send that came and went
+/// between its first read and its fence cannot make an old judgement pass for a new one.
+pub fn ask_purpose(record: &PayoutRecord, now_ms: i64) -> AskPurpose {
     if record.refused.is_some() {
-        return Next::Ask(AskPurpose::AfterRefusal);
+        return AskPurpose::AfterRefusal;
     }
     if record.accepted || !record.ambiguous {
-        return Next::Ask(AskPurpose::Status);
+        return AskPurpose::Status;
     }
-    Next::Ask(AskPurpose::AfterAmbiguous {
+    AskPurpose::AfterAmbiguous {
         absence_proves: now_ms >= record.absent_after_ms,
-    })
+    }
 }
 
 /// Whether a payout whose lookup proved its last send never arrived may be sent again.

@@ -21,7 +21,7 @@ use crate::domain::{EventKind, NormalisedEvent, TransferFacts, TransferState};
 use crate::eventlog::Outcome;
 use crate::idempotency::{ClaimOutcome, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payouts::calls::{
-    may_resend, next, AskPurpose, Budget, CallKind, CallTicket, Next, ProviderNote,
+    ask_purpose, may_resend, next, AskPurpose, Budget, CallKind, CallTicket, Next, ProviderNote,
 };
 use crate::payouts::{
     reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutRequest, PayoutStatus, RequestKey,
@@ -443,6 +443,11 @@ impl<S: Store> Pipeline<S> {
     ) -> Result<(), PipelineError> {
         let Some(current) = self.fence(transfers, record, CallKind::Ask, look).await? else {
             return Ok(());
+        };
+        // Judged again on the record as the fence found it (a refusal we just had stays one).
+        let purpose = match purpose {
+            AskPurpose::AfterRefusal => purpose,
+            _ => ask_purpose(&current, self.store.now_ms()),
         };
         let id = &current.payout;
         match transfers.ask(current.provider, id).await {

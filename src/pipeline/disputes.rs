@@ -7,8 +7,8 @@ use super::{
     applied, conflict, contended, parked, retry_later, Applied, Pipeline, PipelineError, Settled,
     Signed, Store, PARKED_RETRY_MS,
 };
-use crate::eventlog::Outcome;
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
+use crate::eventlog::Outcome;
 use crate::ledger::PostOutcome;
 use crate::payments::DisputeOutcome;
 

@@ -336,7 +336,7 @@ pub async fn money_moved<S: EventLog>(
             };
             let (money, incoming) = match &event.kind {
                 EventKind::PaymentSucceeded(p) => (&p.money, true),
-                EventKind::RefundSucceeded(r) => (&r.money, false),
+                EventKind::RefundSucceeded(r) | EventKind::CancelOrRefund(r) => (&r.money, false),
                 EventKind::RefundReversed(r) => (&r.money, true),
                 EventKind::Dispute { facts, movement } => {
                     (&facts.money, *movement == DisputeMovement::Reinstatement)

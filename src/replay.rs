@@ -140,7 +140,7 @@ async fn already_moved<S: Store>(
     };
     Ok(match &event.kind {
         EventKind::PaymentSucceeded(_) => p.paid_key.as_ref() == Some(key),
-        EventKind::RefundSucceeded(_) => p.refund_keys.contains(key),
+        EventKind::RefundSucceeded(_) | EventKind::CancelOrRefund(_) => p.refund_keys.contains(key),
         EventKind::RefundReversed(r) => {
             let refund = crate::domain::IdempotencyKey::new(
                 event.provider,

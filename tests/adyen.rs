@@ -227,8 +227,10 @@ async fn every_sample_applies_once_and_its_forged_twins_write_nothing() {
         "refund_failed.json",
         "chargeback.json",
         "chargeback_reversed.json",
+        "second_chargeback.json",
         "authorisation_refused.json",
         "cancellation.json",
+        "cancel_or_refund.json",
         "batch_authorisation_and_refund.json",
     ];
     let mut files: Vec<String> = std::fs::read_dir(&dir)
@@ -277,8 +279,10 @@ async fn every_sample_applies_once_and_its_forged_twins_write_nothing() {
             );
         }
         // THEN the balance is each movement once: +10,000 -2,500 +2,500 (refund failed)
-        // -10,000 +10,000 (chargeback reversed) +4,000 -1,500; redelivering all moves nothing
-        assert_eq!(eur(&store, "wallet_42").await, (12_500, 7), "round {round}");
+        // -10,000 +10,000 (chargeback reversed) -10,000 (second chargeback) +4,000 -1,500; the
+        // cancel-or-refund of the refused payment takes back nothing (payhook never credited
+        // it); redelivering all moves nothing
+        assert_eq!(eur(&store, "wallet_42").await, (2_500, 8), "round {round}");
     }
 }
 
@@ -304,4 +308,131 @@ async fn with_basic_auth_the_metadata_names_the_account_and_a_request_without_it
     let r = send(&app, req).await;
     assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
     assert_eq!(eur(&store, "wallet_b").await, (3_300, 1));
+}
+
+/// Sends `items` as one batch `n` times at once, then once more after: every attempt is 200 or
+/// 500 (retry), and the last is `[accepted]`.
+async fn at_once(app: &Arc<App<DynamoStore>>, items: &[Value], n: usize) {
+    let tasks = (0..n).map(|_| {
+        let (app, req) = (app.clone(), batch(items));
+        tokio::spawn(async move { send(&app, req).await.status })
+    });
+    for status in futures::future::join_all(tasks).await {
+        let status = status.unwrap();
+        assert!(matches!(status, 200 | 500), "{status}");
+    }
+    let last = send(app, batch(items)).await;
+    assert_eq!(
+        (last.status, last.body.as_str()),
+        (200, "[accepted]"),
+        "{}",
+        last.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_or_refund_takes_back_only_what_payhook_credited_once() {
+    // GIVEN one payment credited (automatic capture: its AUTHORISATION) and one registered
+    // but never credited (its authorisation never reached payhook as a credit)
+    let store = store("adyen_cancel_or_refund").await;
+    let app = app(store.clone());
+    expect(&store, "order-k1", "wallet_k", 10_000).await;
+    expect(&store, "order-k2", "wallet_k", 4_000).await;
+    let pay = item(KEY, "AUTHORISATION", "PSP_K1", "order-k1", None, 10_000);
+    assert_eq!(send(&app, batch(&[pay])).await.status, 200);
+    assert_eq!(eur(&store, "wallet_k").await, (10_000, 1));
+
+    // WHEN Adyen reports CANCEL_OR_REFUND for both, ten deliveries of the batch at once
+    let items = [
+        item(
+            KEY,
+            "CANCEL_OR_REFUND",
+            "PSP_X1",
+            "order-k1",
+            Some("PSP_K1"),
+            10_000,
+        ),
+        item(
+            KEY,
+            "CANCEL_OR_REFUND",
+            "PSP_X2",
+            "order-k2",
+            Some("PSP_K2"),
+            4_000,
+        ),
+    ];
+    at_once(&app, &items, 10).await;
+
+    // THEN the credited payment is taken back once (one refund entry), the other moves nothing
+    assert_eq!(eur(&store, "wallet_k").await, (0, 2));
+    let refunded = store
+        .payment(ProviderId::ADYEN, &Reference::parse("order-k1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (refunded.status.as_str(), refunded.refunded_minor),
+        ("REFUNDED", 10_000)
+    );
+    let untouched = store
+        .payment(ProviderId::ADYEN, &Reference::parse("order-k2").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (untouched.status.as_str(), untouched.refunded_minor),
+        ("PENDING", 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_chargeback_after_a_reversal_debits_once() {
+    // GIVEN a credited payment whose chargeback was reversed
+    let store = store("adyen_second_chargeback").await;
+    let app = app(store.clone());
+    expect(&store, "order-s", "wallet_s", 5_000).await;
+    for it in [
+        item(KEY, "AUTHORISATION", "PSP_S1", "order-s", None, 5_000),
+        item(
+            KEY,
+            "CHARGEBACK",
+            "PSP_SCB",
+            "order-s",
+            Some("PSP_S1"),
+            5_000,
+        ),
+        item(
+            KEY,
+            "CHARGEBACK_REVERSED",
+            "PSP_SCB",
+            "order-s",
+            Some("PSP_S1"),
+            5_000,
+        ),
+    ] {
+        let r = send(&app, batch(&[it])).await;
+        assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
+    }
+    assert_eq!(eur(&store, "wallet_s").await, (5_000, 3));
+
+    // WHEN the issuer declines the defence: SECOND_CHARGEBACK (same dispute pspReference),
+    // ten deliveries at once
+    let second = item(
+        KEY,
+        "SECOND_CHARGEBACK",
+        "PSP_SCB",
+        "order-s",
+        Some("PSP_S1"),
+        5_000,
+    );
+    at_once(&app, &[second], 10).await;
+
+    // THEN the money is debited again, once
+    assert_eq!(eur(&store, "wallet_s").await, (0, 4));
+    let p = store
+        .payment(ProviderId::ADYEN, &Reference::parse("order-s").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.disputed_minor, 5_000);
 }

@@ -215,26 +215,23 @@ async fn a_withdrawal_debits_once_under_twenty_concurrent_duplicates_for_each_pr
 }
 
 #[tokio::test]
-async fn a_reinstatement_credits_once_and_one_before_its_withdrawal_converges() {
-    // GIVEN two paid Stripe payments
+async fn a_reinstatement_credits_once_and_waits_for_its_withdrawal() {
+    // GIVEN two paid Stripe payments of 3,100
     let store = store("dp_order").await;
     let app = app_of(&store);
     for pi in ["pi_a", "pi_b"] {
         assert_eq!(
-            deliver(&app, ProviderId::STRIPE, &stripe_intent(pi, 5_000))
+            deliver(&app, ProviderId::STRIPE, &stripe_intent(pi, 3_100))
                 .await
                 .status,
             200
         );
     }
 
-    // WHEN one dispute is withdrawn then reinstated, and the other's reinstatement arrives
-    // first; each event twice
+    // WHEN one dispute is withdrawn then reinstated, each event twice
     for body in [
-        withdrawn("dp_a", "pi_a", 5_000),
-        reinstated("dp_a", "pi_a", 5_000),
-        reinstated("dp_b", "pi_b", 5_000),
-        withdrawn("dp_b", "pi_b", 5_000),
+        withdrawn("dp_a", "pi_a", 3_100),
+        reinstated("dp_a", "pi_a", 3_100),
     ] {
         let first = deliver(&app, ProviderId::STRIPE, &body).await;
         assert_eq!(
@@ -246,11 +243,36 @@ async fn a_reinstatement_credits_once_and_one_before_its_withdrawal_converges() 
         let again = deliver(&app, ProviderId::STRIPE, &body).await;
         assert_eq!((again.status, again.replayed), (200, true));
     }
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (6_200, 4));
 
-    // THEN both converge to the provider's truth: the payments' money, once each way
-    assert_eq!(balance(&store, "w_stripe", "USD").await, (10_000, 6));
+    // AND the other's reinstatement arrives before its withdrawal, twice
+    let early = reinstated("dp_b", "pi_b", 3_100);
+    for _ in 0..2 {
+        let r = deliver(&app, ProviderId::STRIPE, &early).await;
+        assert_eq!(
+            (r.status, r.json()["error"].clone()),
+            (409, json!("withdrawal_not_applied")),
+            "{}",
+            r.body
+        );
+    }
+
+    // THEN nothing is spendable before the withdrawal: no 6,200 on a 3,100 payment
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (6_200, 4));
+
+    // WHEN the withdrawal comes, then a reconciliation pass runs, then Stripe redelivers
+    let w = deliver(&app, ProviderId::STRIPE, &withdrawn("dp_b", "pi_b", 3_100)).await;
+    assert_eq!(w.status, 200, "{}", w.body);
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (3_100, 5));
+    reconcile(&store).await;
+    let late = deliver(&app, ProviderId::STRIPE, &early).await;
+
+    // THEN the pass applied the parked reinstatement and the redelivery is a replay: both
+    // payments converge to the provider's truth, once each way
+    assert_eq!((late.status, late.replayed), (200, true), "{}", late.body);
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (6_200, 6));
     let p = store
-        .payment(ProviderId::STRIPE, &Reference::parse("pi_a").unwrap())
+        .payment(ProviderId::STRIPE, &Reference::parse("pi_b").unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -261,7 +283,7 @@ async fn a_reinstatement_credits_once_and_one_before_its_withdrawal_converges() 
             p.disputes[0].withdrawn_minor,
             p.disputes[0].reinstated_minor
         ),
-        ("funds_reinstated", 5_000, 5_000)
+        ("funds_reinstated", 3_100, 3_100)
     );
     assert_eq!(p.disputed_minor, 0);
 }

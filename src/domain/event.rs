@@ -341,6 +341,11 @@ pub enum EventKind {
         to: PaymentStatus,
     },
     RefundSucceeded(RefundFacts),
+    /// The customer's money returned whatever the payment's state (Adyen `CANCEL_OR_REFUND`:
+    /// a cancel of an uncaptured payment, a refund of a captured one). payhook's own record
+    /// says which: a refund, keyed as one, when payhook credited the payment; nothing (200) when
+    /// it never did. The provider's unsigned hints are not needed.
+    CancelOrRefund(RefundFacts),
     /// A refund that failed after it succeeded (Stripe `refund.failed`): credit its debit back,
     /// once. A reversal of a refund never applied moves nothing and voids it.
     RefundReversed(RefundFacts),
@@ -349,7 +354,7 @@ pub enum EventKind {
     /// once stored, and then applies it as a [`EventKind::RefundSucceeded`].
     RefundUnpriced(UnpricedRefund),
     /// Money the provider moved for a dispute: each way once, under its own key, whatever the
-    /// order (a reinstatement first is applied when it comes; the withdrawal still debits once).
+    /// order (a reinstatement first waits, parked, until its withdrawal has applied).
     Dispute {
         facts: DisputeFacts,
         movement: DisputeMovement,
@@ -494,11 +499,9 @@ impl NormalisedEvent {
                 Operation::Payment,
                 &p.reference,
             )),
-            EventKind::RefundSucceeded(r) => Some(IdempotencyKey::new(
-                self.provider,
-                Operation::Refund,
-                &r.refund_reference,
-            )),
+            EventKind::RefundSucceeded(r) | EventKind::CancelOrRefund(r) => Some(
+                IdempotencyKey::new(self.provider, Operation::Refund, &r.refund_reference),
+            ),
             EventKind::RefundReversed(r) => Some(IdempotencyKey::new(
                 self.provider,
                 Operation::RefundReversal,
@@ -532,9 +535,9 @@ impl NormalisedEvent {
         match &self.kind {
             EventKind::PaymentSucceeded(p) => Some(&p.reference),
             EventKind::PaymentState { facts, .. } => Some(&facts.reference),
-            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => {
-                Some(&r.payment_reference)
-            }
+            EventKind::RefundSucceeded(r)
+            | EventKind::RefundReversed(r)
+            | EventKind::CancelOrRefund(r) => Some(&r.payment_reference),
             EventKind::RefundUnpriced(u) => Some(&u.payment_reference),
             EventKind::Dispute { facts, .. } => Some(&facts.payment_reference),
             EventKind::DisputeUnpriced(u) => Some(&u.payment_reference),
@@ -548,9 +551,9 @@ impl NormalisedEvent {
         match &mut self.kind {
             EventKind::PaymentSucceeded(p) => p.reference = reference,
             EventKind::PaymentState { facts, .. } => facts.reference = reference,
-            EventKind::RefundSucceeded(r) | EventKind::RefundReversed(r) => {
-                r.payment_reference = reference
-            }
+            EventKind::RefundSucceeded(r)
+            | EventKind::RefundReversed(r)
+            | EventKind::CancelOrRefund(r) => r.payment_reference = reference,
             EventKind::RefundUnpriced(u) => u.payment_reference = reference,
             EventKind::Dispute { facts, .. } => facts.payment_reference = reference,
             EventKind::DisputeUnpriced(u) => u.payment_reference = reference,
@@ -673,12 +676,14 @@ impl ClaimedFacts {
                 amount: p.money.amount.get(),
                 currency: p.money.currency.to_string(),
             }),
-            EventKind::RefundSucceeded(r) => Some(ClaimedFacts::Refund {
-                reference: r.refund_reference.to_string(),
-                payment_reference: r.payment_reference.to_string(),
-                amount: r.money.amount.get(),
-                currency: r.money.currency.to_string(),
-            }),
+            EventKind::RefundSucceeded(r) | EventKind::CancelOrRefund(r) => {
+                Some(ClaimedFacts::Refund {
+                    reference: r.refund_reference.to_string(),
+                    payment_reference: r.payment_reference.to_string(),
+                    amount: r.money.amount.get(),
+                    currency: r.money.currency.to_string(),
+                })
+            }
             EventKind::RefundReversed(r) => Some(ClaimedFacts::RefundReversal {
                 reference: r.refund_reference.to_string(),
                 payment_reference: r.payment_reference.to_string(),

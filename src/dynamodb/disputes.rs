@@ -9,6 +9,7 @@ use super::item::{n, s};
 use super::payments::{history_entry, WRITE_ROUNDS};
 use super::DynamoStore;
 use crate::domain::{DisputeFacts, DisputeMovement, IdempotencyKey, PaymentStatus, ProviderId};
+use crate::payments::disputes::withdrawal_key;
 use crate::payments::{judge_dispute, DisputeJudgement, DisputeOutcome, PaymentRecord};
 use crate::store::StoreError;
 
@@ -36,16 +37,23 @@ impl DynamoStore {
             ),
         };
         let amount = facts.money.amount.get();
-        let update = self
+        // A reinstatement gives back a withdrawal already applied, never one still to come.
+        let withdrawal = withdrawal_key(facts, key);
+        let after_withdrawal = if withdrawal.is_some() {
+            " AND contains(dispute_keys, :withdrawal)"
+        } else {
+            ""
+        };
+        let mut update = self
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(format!(
                 "SET {refundable}, {disputed}, updated_at_ms = :now, \
                  history = list_append(if_not_exists(history, :empty), :h) ADD dispute_keys :keys"
             ))
-            .condition_expression(
+            .condition_expression(format!(
                 "attribute_exists(pk) AND #status = :at AND currency = :cur \
-                 AND NOT contains(dispute_keys, :key)",
-            )
+                 AND NOT contains(dispute_keys, :key){after_withdrawal}"
+            ))
             .expression_attribute_values(":amt", n(amount))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":at", s(at.as_str()))
@@ -53,6 +61,9 @@ impl DynamoStore {
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":keys", AttributeValue::Ss(vec![key.to_string()]))
             .expression_attribute_values(":h", history_entry(at, key.as_str(), now, Some(amount)));
+        if let Some(w) = withdrawal {
+            update = update.expression_attribute_values(":withdrawal", s(w.as_str()));
+        }
         self.conditional_update(update, provider, &facts.payment_reference)
             .await
     }

@@ -22,6 +22,10 @@ pub enum DisputeOutcome {
     /// shard to move money on. Parked: the provider retries, reconciliation re-drives it.
     NotYetPaid(Option<PaymentRecord>),
     Mismatch(Mismatch, PaymentRecord),
+    /// A reinstatement whose withdrawal is not applied yet: the money that comes back is not
+    /// spendable before the money that left. Parked like a dispute before its payment: the
+    /// provider retries, reconciliation re-drives it.
+    AwaitingWithdrawal(PaymentRecord),
     /// Other writers kept changing the payment; a retry settles it.
     Contended,
 }
@@ -55,10 +59,29 @@ pub fn judge_dispute(
     if let Some(m) = super::currency_mismatch(&e, facts.money.currency) {
         return Decided(DisputeOutcome::Mismatch(m, e));
     }
+    if let Some(withdrawal) = withdrawal_key(facts, key) {
+        if !e.dispute_keys.contains(&withdrawal) {
+            return Decided(DisputeOutcome::AwaitingWithdrawal(e));
+        }
+    }
     if e.status.is_paid() {
         Aim(e.status)
     } else {
         Decided(DisputeOutcome::NotYetPaid(Some(e)))
+    }
+}
+
+/// For a reinstatement's key, the key of the withdrawal it gives back (the same dispute): a
+/// reinstatement applies only after it, so no balance ever holds money the provider has not
+/// yet let go of (Stripe may deliver `funds_reinstated` before `funds_withdrawn`).
+pub fn withdrawal_key(facts: &DisputeFacts, key: &IdempotencyKey) -> Option<IdempotencyKey> {
+    match (key.operation(), key.provider()) {
+        (Some(Operation::DisputeReinstatement), Some(provider)) => Some(IdempotencyKey::new(
+            provider,
+            Operation::DisputeWithdrawal,
+            &facts.dispute,
+        )),
+        _ => None,
     }
 }
 

@@ -4,9 +4,11 @@
 //! provider has already taken the money, so it is applied, never refused, and reported.
 
 use super::{
-    applied, conflict, contended, parked, Applied, Pipeline, PipelineError, Settled, Signed, Store,
+    applied, conflict, contended, parked, retry_later, Applied, Pipeline, PipelineError, Settled,
+    Signed, Store, PARKED_RETRY_MS,
 };
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
+use crate::eventlog::Outcome;
 use crate::ledger::PostOutcome;
 use crate::payments::DisputeOutcome;
 
@@ -28,6 +30,10 @@ impl<S: Store> Pipeline<S> {
             // Not paid yet: no account or shard to move money on; the provider (or
             // reconciliation's parked step) re-drives it once the payment is paid.
             DisputeOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
+            // Money back before the money left: not spendable yet; parked the same way.
+            DisputeOutcome::AwaitingWithdrawal(_) => {
+                return Ok(Settled::NothingMoved(awaiting_withdrawal(key)))
+            }
             DisputeOutcome::Mismatch(m, _) => {
                 return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
             }
@@ -78,4 +84,17 @@ impl<S: Store> Pipeline<S> {
                 "a dispute withdrawal took the account below zero: the provider has already taken the money");
         }
     }
+}
+
+/// 409 with `Retry-After`, logged parked: a reinstatement waits for its withdrawal (the
+/// provider's redelivery or reconciliation's parked step re-drives it).
+fn awaiting_withdrawal(key: &IdempotencyKey) -> super::Answer {
+    let why = "the dispute's withdrawal is not applied yet; retry later";
+    retry_later(
+        key,
+        "withdrawal_not_applied",
+        why,
+        Outcome::Parked,
+        PARKED_RETRY_MS,
+    )
 }

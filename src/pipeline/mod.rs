@@ -2,6 +2,7 @@
 //! Knows neither HTTP nor DynamoDB: it answers with an [`Answer`] (status + body) that the http
 //! layer sends and the claim stores for replay.
 
+mod cancels;
 mod disputes;
 mod payouts;
 mod transfers;
@@ -286,6 +287,7 @@ impl<S: Store> Pipeline<S> {
             }
             EventKind::PaymentSucceeded(_)
             | EventKind::RefundSucceeded(_)
+            | EventKind::CancelOrRefund(_)
             | EventKind::RefundReversed(_)
             | EventKind::Dispute { .. } => self.money(ev, lease_ms).await,
             EventKind::Transfer(t) => match ev.key() {
@@ -436,7 +438,8 @@ impl<S: Store> Pipeline<S> {
     ) -> Result<Settled, PipelineError> {
         match &ev.kind {
             EventKind::PaymentSucceeded(p) => self.credit(ev, p, key).await,
-            EventKind::RefundSucceeded(r) => self.debit(ev, r, key).await,
+            EventKind::RefundSucceeded(r) => self.debit(ev, r, key, Uncredited::Park).await,
+            EventKind::CancelOrRefund(r) => self.cancel_or_refund(ev, r, key).await,
             EventKind::RefundReversed(r) => self.reverse(ev, r, key).await,
             EventKind::Dispute { facts, movement } => self.dispute(ev, facts, *movement, key).await,
             EventKind::Transfer(t) => self.transfer(ev, t, key).await,
@@ -553,17 +556,25 @@ impl<S: Store> Pipeline<S> {
         Ok(self.store.post(&posting).await?)
     }
 
+    /// A refund's debit. `uncredited` says what a payment payhook has not credited means:
+    /// wait for it (a refund), or nothing to give back (a cancel-or-refund).
     async fn debit(
         &self,
         ev: &NormalisedEvent,
         r: &RefundFacts,
         key: &IdempotencyKey,
+        uncredited: Uncredited,
     ) -> Result<Settled, PipelineError> {
         let (payment, resumed) = match self.store.refund(ev.provider, r, key).await? {
             RefundOutcome::Applied(p) => (p, false),
             RefundOutcome::AlreadyApplied(p) => (p, true),
             // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
-            RefundOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),
+            RefundOutcome::NotYetPaid(_) if uncredited == Uncredited::Park => {
+                return Ok(Settled::NothingMoved(parked(key)))
+            }
+            RefundOutcome::NotYetPaid(p) => {
+                return Ok(Settled::NothingMoved(cancels::not_credited(ev, r, p)))
+            }
             RefundOutcome::Refused { reason, payment } => {
                 let why = format!("refund refused; payment is {}", payment.status);
                 return Ok(Settled::NothingMoved(refused(key, reason, why)));
@@ -649,6 +660,15 @@ impl<S: Store> Pipeline<S> {
             resumed && posted == PostOutcome::AlreadyPosted,
         )))
     }
+}
+
+/// What a money-returning event means for a payment payhook has not credited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Uncredited {
+    /// A refund before its payment: parked until the payment is paid.
+    Park,
+    /// A cancel-or-refund: the provider cancelled what payhook never credited; nothing moves.
+    NothingToReturn,
 }
 
 /// A posting's signed amount: positive credits, negative debits.

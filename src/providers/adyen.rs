@@ -257,6 +257,24 @@ impl Adyen {
             ("REFUND_FAILED", _) => EventKind::RefundReversed(refund()?),
             ("CHARGEBACK", _) => dispute(DisputeMovement::Withdrawal)?,
             ("CHARGEBACK_REVERSED", _) => dispute(DisputeMovement::Reinstatement)?,
+            // Adyen cancels or refunds, whichever the payment needs; payhook's own record says
+            // whether there is a credit to take back (`pipeline::cancels`).
+            ("CANCEL_OR_REFUND", true) => EventKind::CancelOrRefund(refund()?),
+            // The issuer declined the defence after the chargeback was reversed: the disputed
+            // amount is deducted again. Every event of a dispute shares its pspReference, so
+            // this withdrawal is named apart from the first (`{pspReference}:second_chargeback`).
+            ("SECOND_CHARGEBACK", _) => EventKind::Dispute {
+                facts: DisputeFacts {
+                    dispute: Reference::parse(&format!(
+                        "{}:second_chargeback",
+                        f.str("pspReference")?
+                    ))
+                    .map_err(|e| PayloadError::invalid("pspReference", e.to_string()))?,
+                    payment_reference: original()?,
+                    money: money()?,
+                },
+                movement: DisputeMovement::Withdrawal,
+            },
             _ => EventKind::Ignored,
         })
     }
@@ -541,6 +559,27 @@ mod tests {
                 ..
             }
         ));
+        let cancel = kind("CANCEL_OR_REFUND", "true", Some("PSP1"));
+        assert!(
+            matches!(&cancel.kind, EventKind::CancelOrRefund(r) if r.payment_reference.as_str() == "PSP1")
+        );
+        assert_eq!(cancel.key().unwrap().as_str(), "adyen:refund:PSP2");
+        assert!(matches!(
+            kind("CANCEL_OR_REFUND", "false", Some("PSP1")).kind,
+            EventKind::Ignored
+        ));
+        let second = kind("SECOND_CHARGEBACK", "true", Some("PSP1"));
+        assert!(matches!(
+            second.kind,
+            EventKind::Dispute {
+                movement: DisputeMovement::Withdrawal,
+                ..
+            }
+        ));
+        assert_eq!(
+            second.key().unwrap().as_str(),
+            "adyen:dispute_withdrawal:PSP2:second_chargeback"
+        );
         assert_eq!(
             kind("CAPTURE", "true", Some("PSP1")).kind,
             EventKind::Ignored

@@ -455,9 +455,18 @@ impl Payouts for DynamoStore {
                     ":absent",
                     n(until.saturating_add(t.visibility_ms)),
                 ),
+            // A payout sent by the release before fences gets its window recorded by its first
+            // question (the longest any provider has), so later looks judge it alike.
             CallKind::Ask => update
-                .update_expression("SET call_until_ms = :until, call_holder = :holder, updated_at_ms = :now")
-                .condition_expression(format!("payout_status = :sent AND {free}")),
+                .update_expression(
+                    "SET call_until_ms = :until, call_holder = :holder, updated_at_ms = :now, \
+                     absent_after_ms = if_not_exists(absent_after_ms, :legacy)",
+                )
+                .condition_expression(format!("payout_status = :sent AND {free}"))
+                .expression_attribute_values(
+                    ":legacy",
+                    n(now.saturating_add(crate::payouts::calls::LEGACY_WINDOW_MS)),
+                ),
         };
         match update.send().await {
             Ok(out) => out.attributes.map(|i| to_record(&i, table)).transpose(),
@@ -478,12 +487,15 @@ impl Payouts for DynamoStore {
             // Its outcome is known now: the provider answered.
             sets.push("ambiguous = :f");
         }
+        // The provider's having the transfer outranks a refusal noted before (a resend refused
+        // as a duplicate of an earlier send that did arrive).
+        let remove = if note.accepted { " REMOVE refused" } else { "" };
         let mut update = self
             .client
             .update_item()
             .table_name(table)
             .key("pk", s(payout_pk(id)))
-            .update_expression(format!("SET {}", sets.join(", ")))
+            .update_expression(format!("SET {}{remove}", sets.join(", ")))
             // Only an open payout: a settled one keeps the word that settled it.
             .condition_expression("payout_status = :sent")
             .expression_attribute_values(":ps", s(note.status))

@@ -43,6 +43,10 @@ pub const CALL_MARGIN_MS: i64 = 2_000;
 /// Milliseconds a request keeps after its last call, for the writes that record the answer.
 pub const FINISH_MS: i64 = 1_000;
 
+/// The longest a fence write may take before its call is not made: the margin less the store
+/// clock's second (the fence counts from the store's now before the write).
+pub const FENCE_WRITE_MAX_MS: i64 = CALL_MARGIN_MS - 1_000;
+
 /// A request answers within this, whatever its lease: API Gateway gives up at 29 s.
 pub const REQUEST_BUDGET_MS: i64 = 25_000;
 
@@ -81,8 +85,10 @@ pub enum CallKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AskPurpose {
     /// The provider refused the last send (a 4xx): no transfer under the reference confirms
-    /// the refusal, its word that this payout failed.
-    AfterRefusal,
+    /// the refusal, its word that this payout failed. `absence_proves`: the refused send was
+    /// the first, or the earlier sends' window has passed (a resend refused as a duplicate
+    /// reference may be refused because an earlier send arrived late: not found then is lag).
+    AfterRefusal { absence_proves: bool },
     /// The provider accepted the transfer; waiting for its final word. Not found is its lag.
     Status,
     /// The last send's outcome is unknown. `absence_proves`: its visibility window has passed,
@@ -126,10 +132,16 @@ pub fn next(record: &PayoutRecord, now_ms: i64) -> Next {
 /// asker judges again from the record its fence write returned, so a send that came and went
 /// between its first read and its fence cannot make an old judgement pass for a new one.
 pub fn ask_purpose(record: &PayoutRecord, now_ms: i64) -> AskPurpose {
-    if record.refused.is_some() {
-        return AskPurpose::AfterRefusal;
+    // The provider's having the transfer outranks any refusal after it.
+    if record.accepted {
+        return AskPurpose::Status;
     }
-    if record.accepted || !record.ambiguous {
+    if record.refused.is_some() {
+        return AskPurpose::AfterRefusal {
+            absence_proves: record.sends <= 1 || now_ms >= record.absent_after_ms,
+        };
+    }
+    if !record.ambiguous {
         return AskPurpose::Status;
     }
     AskPurpose::AfterAmbiguous {
@@ -266,8 +278,36 @@ mod tests {
             ambiguous: false,
             ..r.clone()
         };
-        assert_eq!(next(&refused, 10_000), Next::Ask(AskPurpose::AfterRefusal));
+        // A resend refused (sends 2): not found proves the failure only past the window.
+        let resent = PayoutRecord {
+            sends: 2,
+            ..refused.clone()
+        };
+        assert_eq!(
+            next(&resent, 10_000),
+            Next::Ask(AskPurpose::AfterRefusal {
+                absence_proves: false
+            })
+        );
+        assert_eq!(
+            next(&resent, 20_000),
+            Next::Ask(AskPurpose::AfterRefusal {
+                absence_proves: true
+            })
+        );
+        assert_eq!(
+            next(&refused, 10_000),
+            Next::Ask(AskPurpose::AfterRefusal {
+                absence_proves: true
+            })
+        );
         assert!(!may_resend(&refused));
+        // Accepted outranks an earlier refusal: not found is lag.
+        let both = PayoutRecord {
+            accepted: true,
+            ..refused.clone()
+        };
+        assert_eq!(next(&both, 10_000), Next::Ask(AskPurpose::Status));
         let spent = PayoutRecord {
             sends: MAX_SENDS,
             ..r

@@ -22,6 +22,7 @@ use crate::eventlog::Outcome;
 use crate::idempotency::{ClaimOutcome, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payouts::calls::{
     ask_purpose, may_resend, next, AskPurpose, Budget, CallKind, CallTicket, Next, ProviderNote,
+    FENCE_WRITE_MAX_MS,
 };
 use crate::payouts::{
     reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutRequest, PayoutStatus, RequestKey,
@@ -124,10 +125,11 @@ impl<S: Store> Pipeline<S> {
         transfers: &T,
         call: PayoutCall<'_>,
     ) -> Result<PayoutAnswer, PipelineError> {
+        // The budget counts from here: the lease was computed from the deadline just before.
+        let look = Look::new(call.lease_ms);
         let id = self.payout_id(&call).await?;
         let key = id.claim_key();
         let fingerprint = call.request.fingerprint();
-        let look = Look::new(call.lease_ms);
         match self.store.claim(&key, &fingerprint, call.lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
@@ -180,7 +182,11 @@ impl<S: Store> Pipeline<S> {
     async fn payout_id(&self, call: &PayoutCall<'_>) -> Result<PayoutId, PipelineError> {
         for alias in call.aliases {
             let old = PayoutId::derive(alias, call.key);
-            if self.store.payout(&old).await?.is_some() {
+            // Its claim is written before its record: a request under the old name that died
+            // (or still runs) between the two is found by the claim.
+            if self.store.get_claim(&old.claim_key()).await?.is_some()
+                || self.store.payout(&old).await?.is_some()
+            {
                 return Ok(old);
             }
         }
@@ -317,8 +323,8 @@ impl<S: Store> Pipeline<S> {
                     self.send(transfers, &record, look).await?;
                     return self.reread(record).await;
                 }
-                Next::Ask(purpose) => {
-                    self.ask(transfers, &record, purpose, look).await?;
+                Next::Ask(_) => {
+                    self.ask(transfers, &record, look).await?;
                     return self.reread(record).await;
                 }
             }
@@ -357,7 +363,19 @@ impl<S: Store> Pipeline<S> {
             bound_ms,
             visibility_ms: transfers.visibility_ms(record.provider),
         };
-        Ok(self.store.take_call(&record.payout, ticket).await?)
+        let started = tokio::time::Instant::now();
+        let taken = self.store.take_call(&record.payout, ticket).await?;
+        // The fence counts from the store's now before its write: a write that took longer than
+        // the clock's share of the margin, or that spent the budget, leaves no room for the
+        // call inside it. The fence stands, uncalled: as a crash between fence and call, the
+        // next look resolves it.
+        let slow = started.elapsed()
+            > std::time::Duration::from_millis(u64::try_from(FENCE_WRITE_MAX_MS).unwrap_or(0));
+        if taken.is_some() && (slow || !look.budget.allows(bound_ms)) {
+            tracing::warn!(payout = %record.payout, ?kind, "the fence took too long to write; not calling inside it");
+            return Ok(None);
+        }
+        Ok(taken)
     }
 
     /// Sends the transfer (behind the fence) and applies what the provider answered; sends
@@ -414,8 +432,7 @@ impl<S: Store> Pipeline<S> {
                     ambiguous: false,
                     ..marked.clone()
                 };
-                self.ask(transfers, &refused, AskPurpose::AfterRefusal, look)
-                    .await?;
+                self.ask(transfers, &refused, look).await?;
             }
             Err(e) => {
                 tracing::warn!(payout = %id, error = %e, "transfer outcome unknown; the payout stays sent until the provider is asked, after the call's fence");
@@ -438,17 +455,14 @@ impl<S: Store> Pipeline<S> {
         &self,
         transfers: &T,
         record: &PayoutRecord,
-        purpose: AskPurpose,
         look: &Look,
     ) -> Result<(), PipelineError> {
         let Some(current) = self.fence(transfers, record, CallKind::Ask, look).await? else {
             return Ok(());
         };
-        // Judged again on the record as the fence found it (a refusal we just had stays one).
-        let purpose = match purpose {
-            AskPurpose::AfterRefusal => purpose,
-            _ => ask_purpose(&current, self.store.now_ms()),
-        };
+        // Judged on the record as the fence found it (with any refusal just noted): a send
+        // that came and went since our first read cannot pass for an old one.
+        let purpose = ask_purpose(&current, self.store.now_ms());
         let id = &current.payout;
         match transfers.ask(current.provider, id).await {
             Ok(TransferAnswer::Known { state, status }) => {
@@ -456,10 +470,18 @@ impl<S: Store> Pipeline<S> {
             }
             Ok(TransferAnswer::Absent { status } | TransferAnswer::Refused { status }) => {
                 match purpose {
-                    AskPurpose::AfterRefusal => {
+                    AskPurpose::AfterRefusal {
+                        absence_proves: true,
+                    } => {
                         let refusal = current.refused.clone().unwrap_or(status);
                         self.word(&current, TransferState::Failed, &refusal, look.lease_ms)
                             .await
+                    }
+                    AskPurpose::AfterRefusal {
+                        absence_proves: false,
+                    } => {
+                        tracing::warn!(payout = %id, sends = current.sends, "a resend was refused and the provider does not show an earlier send yet; nothing is failed inside the window");
+                        Ok(())
                     }
                     AskPurpose::AfterAmbiguous {
                         absence_proves: true,

@@ -32,6 +32,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_PAYOUT_MAX_MINOR", "payouts: the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
     ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
     ("PAYHOOK_SECRETS_REFRESH_S", "how often provider secrets read from Secrets Manager (the *_ARN variables) are read again (default 300); a signature no known secret verifies also reads them again, at most every 30 s"),
+    ("PAYHOOK_SECRET_PREVIOUS_GRACE_S", "how long a signing secret's AWSPREVIOUS version still verifies after the AWSCURRENT version that demoted it was created, by Secrets Manager's CreatedDate (default 3600; 0: never); removing the AWSPREVIOUS label ends it at the next refresh (docs/deploy.md, revoking a leaked secret)"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
     ("PAYHOOK_RECONCILE_GIVE_UP_AFTER_S", "reconciliation: stop asking about a payment the provider still calls not final this long after it was created (default 259200, 72 h)"),
 ];
@@ -85,6 +86,8 @@ pub struct Config {
     pub provider_timeout_ms: i64,
     /// How often secrets from Secrets Manager are read again.
     pub secrets_refresh_ms: i64,
+    /// How long `AWSPREVIOUS` still verifies after the current version was created.
+    pub secret_previous_grace_ms: i64,
     /// Where the provider secrets named by `*_ARN` variables are read from (set by
     /// [`crate::runtime::read_secrets`]); `None`: the environment's values are all there is.
     pub secret_source: Option<std::sync::Arc<crate::secrets::SecretSource>>,
@@ -104,6 +107,25 @@ fn positive(
         Some(v) => match v.trim().parse::<i64>() {
             Ok(n) if n > 0 => Ok(n),
             _ => Err(ConfigError::NotPositive { name, value: v }),
+        },
+    }
+}
+
+/// A count of seconds that may be zero (at most ten years).
+fn not_negative(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: i64,
+) -> Result<i64, ConfigError> {
+    match get(name).filter(|v| !v.trim().is_empty()) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<i64>() {
+            Ok(n) if (0..=315_360_000).contains(&n) => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                name,
+                value: v,
+                reason: "must be a whole number of seconds, 0 or more",
+            }),
         },
     }
 }
@@ -163,6 +185,11 @@ impl Config {
         }
         let provider_timeout_ms = positive(&get, "PAYHOOK_PROVIDER_TIMEOUT_MS", 5_000)?;
         let secrets_refresh_ms = positive(&get, "PAYHOOK_SECRETS_REFRESH_S", 300)? * 1_000;
+        let secret_previous_grace_ms = not_negative(
+            &get,
+            "PAYHOOK_SECRET_PREVIOUS_GRACE_S",
+            crate::secrets::DEFAULT_PREVIOUS_GRACE_MS / 1_000,
+        )? * 1_000;
         let provider_env: BTreeMap<&'static str, String> = REGISTRY
             .iter()
             .flat_map(|d| d.env.iter())
@@ -196,6 +223,7 @@ impl Config {
             payout_max_minor,
             provider_timeout_ms,
             secrets_refresh_ms,
+            secret_previous_grace_ms,
             secret_source: None,
             source_allowlists,
         })
@@ -240,11 +268,17 @@ impl Config {
     }
 
     /// The same configuration with secret values read at run time (they replace any value
-    /// the environment gave the same variable).
+    /// the environment gave the same variable). An empty value is a revoked secret: the
+    /// variable is removed, so its provider is not configured (503), never left with the value
+    /// read before.
     pub fn with_secret_values(&self, values: &BTreeMap<&'static str, String>) -> Config {
         let mut c = self.clone();
         for (k, v) in values {
-            c.provider_env.insert(k, v.clone());
+            if v.trim().is_empty() {
+                c.provider_env.remove(k);
+            } else {
+                c.provider_env.insert(k, v.clone());
+            }
         }
         // API keys among them: the endpoints are built from the values now set.
         c.api_endpoints = api_endpoints(&c.provider_env);

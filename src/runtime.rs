@@ -225,10 +225,10 @@ pub async fn read_secrets(config: Config) -> Config {
         loader = loader.http_client(aws_smithy_http_client::Builder::new().build_http());
     }
     let sdk = loader.load().await;
-    let source = Arc::new(SecretSource::new(
-        aws_sdk_secretsmanager::Client::new(&sdk),
-        refs,
-    ));
+    let source = Arc::new(
+        SecretSource::new(aws_sdk_secretsmanager::Client::new(&sdk), refs)
+            .with_previous_grace_ms(config.secret_previous_grace_ms),
+    );
     let read = source.read().await;
     let mut config = config;
     config.secret_source = Some(source.clone());

@@ -102,6 +102,18 @@ impl Server {
         name: &str,
         refresh_s: u64,
     ) -> Server {
+        Self::start_with(store, sm_endpoint, secret_id, name, refresh_s, &[]).await
+    }
+
+    /// The same, with more environment variables.
+    async fn start_with(
+        store: &DynamoStore,
+        sm_endpoint: &str,
+        secret_id: &str,
+        name: &str,
+        refresh_s: u64,
+        extra: &[(&str, &str)],
+    ) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -117,6 +129,7 @@ impl Server {
                 "RUST_LOG",
                 "debug,aws_smithy_runtime=trace,aws_sdk_secretsmanager=trace,hyper=info",
             )
+            .envs(extra.iter().copied())
             .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -333,4 +346,125 @@ async fn a_signature_no_known_secret_verifies_reads_them_again_at_once_and_rate_
         1,
         "one forced read, then rate-limited"
     );
+}
+
+/// The version that holds `stage` now.
+async fn version_in(sm: &aws_sdk_secretsmanager::Client, id: &str, stage: &str) -> String {
+    let described = sm.describe_secret().secret_id(id).send().await.unwrap();
+    described
+        .version_ids_to_stages()
+        .unwrap()
+        .iter()
+        .find(|(_, stages)| stages.iter().any(|s| s == stage))
+        .map(|(v, _)| v.clone())
+        .unwrap_or_else(|| panic!("no version is {stage}"))
+}
+
+const THIRD_SECRET: &str = "whsec_dGhpcmQtc2VjcmV0LWZvci1yZXZvY2F0aW9uIQ==";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_secret_ends_after_the_grace_at_once_when_unlabelled_and_with_its_deleted_secret()
+{
+    let store = store("secrets_revoke").await;
+    let moto = Moto::start();
+    let sm = moto.client();
+    let id = "payhook/generic";
+    // GIVEN a signing secret that has leaked, and a server reading secrets every second with a
+    // 4 s grace for AWSPREVIOUS
+    sm.create_secret()
+        .name(id)
+        .secret_string(SECRET)
+        .send()
+        .await
+        .unwrap();
+    let server = Server::start_with(
+        &store,
+        &moto.endpoint,
+        id,
+        "revoke",
+        1,
+        &[("PAYHOOK_SECRET_PREVIOUS_GRACE_S", "4")],
+    )
+    .await;
+    assert_eq!(server.deliver(SECRET, "1").await, 200);
+
+    // WHEN the operator puts a new value in a hurry (the leaked one becomes AWSPREVIOUS)
+    sm.put_secret_value()
+        .secret_id(id)
+        .secret_string(OTHER_SECRET)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // THEN within the grace both verify (a sender switching late is not refused)
+    assert_eq!(server.deliver(OTHER_SECRET, "2").await, 200);
+    assert_eq!(server.deliver(SECRET, "3").await, 200);
+    // AND once the grace after the new version's CreatedDate is over, the leaked one is
+    // refused though it still holds AWSPREVIOUS, with no restart and no label removed
+    tokio::time::sleep(Duration::from_millis(4_600)).await;
+    assert!(
+        !version_in(&sm, id, "AWSPREVIOUS").await.is_empty(),
+        "the leaked version is still AWSPREVIOUS"
+    );
+    assert_eq!(server.deliver(SECRET, "4").await, 401, "past the grace");
+    assert_eq!(server.deliver(OTHER_SECRET, "5").await, 200);
+
+    // WHEN the second secret leaks too: a new value, then the runbook's revoke step (the
+    // AWSPREVIOUS label removed from the leaked version) at once, inside the grace
+    sm.put_secret_value()
+        .secret_id(id)
+        .secret_string(THIRD_SECRET)
+        .send()
+        .await
+        .unwrap();
+    let leaked = version_in(&sm, id, "AWSPREVIOUS").await;
+    sm.update_secret_version_stage()
+        .secret_id(id)
+        .version_stage("AWSPREVIOUS")
+        .remove_from_version_id(&leaked)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // THEN after one refresh interval the leaked secret is refused, the new one verifies
+    assert_eq!(server.deliver(OTHER_SECRET, "6").await, 401, "revoked");
+    assert_eq!(server.deliver(THIRD_SECRET, "7").await, 200);
+
+    // WHEN the secret itself is deleted (scheduled for deletion)
+    sm.delete_secret()
+        .secret_id(id)
+        .recovery_window_in_days(7)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // THEN that is a revocation, not an outage: nothing it signed is accepted any more
+    let before = counts(&store).await;
+    assert_eq!(server.deliver(THIRD_SECRET, "8").await, 503);
+    assert_eq!(
+        counts(&store).await,
+        before,
+        "a refused delivery writes nothing"
+    );
+
+    // WHEN it is restored, then deleted for good (not found)
+    sm.restore_secret().secret_id(id).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(server.deliver(THIRD_SECRET, "9").await, 200, "restored");
+    sm.delete_secret()
+        .secret_id(id)
+        .force_delete_without_recovery(true)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // THEN not found revokes too
+    assert_eq!(server.deliver(THIRD_SECRET, "10").await, 503);
+    let log = server.stop();
+    assert!(log.contains("revoked"), "the revocation is logged: {log}");
+    for secret in [SECRET, OTHER_SECRET, THIRD_SECRET] {
+        for form in forms(secret) {
+            assert!(!log.contains(&form), "a secret value is in the log");
+        }
+    }
 }

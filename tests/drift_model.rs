@@ -1,7 +1,8 @@
 //! A model that finds the next drift (#21). proptest generates histories over two accounts and
 //! four payments: credits naming their account or not, account-less `processing` and `failed`
 //! events, later registrations, partial refunds, refund failures, disputes withdrawn and
-//! reinstated (in any order, before or after their payment), duplicates, crashes after any
+//! reinstated (in any order, before or after their payment; a reinstatement waits for its
+//! withdrawal), duplicates, crashes after any
 //! write (finished by the provider's retry taking the claim over, or by a reconciliation pass
 //! first), writer processes restarted with their clock up to ten minutes off, ledger growth, and
 //! balance reads from processes whose clocks are off by up to ten minutes (reading with
@@ -207,9 +208,11 @@ impl Model {
                     self.post(p, refund_amount(p, r));
                 }
             }
-            // Each way once, in any order, once the payment is paid; parked before.
+            // Each way once, once the payment is paid; parked before. A reinstatement waits
+            // for its withdrawal (the provider's money order: nothing comes back before it left).
             Ev::Dispute { p, reinstated } => {
-                if !self.paid[p] {
+                let waits = reinstated && !self.disputed.contains(&(p, false));
+                if !self.paid[p] || waits {
                     self.parked_disputes.insert((p, reinstated));
                 } else if self.disputed.insert((p, reinstated)) {
                     let amount = dispute_amount(p);

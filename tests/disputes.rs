@@ -372,54 +372,211 @@ async fn a_withdrawal_replayed_after_its_claim_expired_debits_nothing_more() {
     assert!(outcomes.contains(&Outcome::AlreadyApplied), "{outcomes:?}");
 }
 
-#[tokio::test]
-async fn a_paystack_dispute_and_a_refund_of_the_same_money_debit_once() {
-    // GIVEN a Paystack charge whose dispute is resolved against the merchant
-    let store = store("dp_pair").await;
+/// A paid Paystack charge of 300,000 kobo on `w_paystack` (its own table set).
+async fn paystack_paid(name: &str, reference: &str) -> (DynamoStore, Arc<App<DynamoStore>>) {
+    let store = store(name).await;
     let app = app_of(&store);
-    assert_eq!(
-        deliver(
-            &app,
-            ProviderId::PAYSTACK,
-            &paystack_charge("T_pair", 500_000)
-        )
-        .await
-        .status,
-        200
-    );
-    let resolve = paystack_resolve(9, "T_pair", 500_000, "merchant-accepted");
-    assert_eq!(
-        deliver(&app, ProviderId::PAYSTACK, &resolve).await.status,
-        200
-    );
-
-    // WHEN Paystack also reports the same money as a refund
-    let refund = deliver(
+    let paid = deliver(
         &app,
         ProviderId::PAYSTACK,
-        &paystack_refund(77, "T_pair", 500_000),
+        &paystack_charge(reference, 300_000),
+    )
+    .await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    (store, app)
+}
+
+#[tokio::test]
+async fn a_paystack_dispute_and_its_refund_debit_once_in_either_order() {
+    for dispute_first in [true, false] {
+        // GIVEN a paid charge of 300,000 whose dispute the merchant accepts for 180,000, which
+        // Paystack takes by refunding the customer (so a refund of 180,000 reports it too)
+        let name = if dispute_first {
+            "dp_pair_d"
+        } else {
+            "dp_pair_r"
+        };
+        let (store, app) = paystack_paid(name, "T_pair").await;
+        let resolve = paystack_resolve(9, "T_pair", 180_000, "merchant-accepted");
+        let refund = paystack_refund(77, "T_pair", 180_000);
+        let (first, second) = if dispute_first {
+            (&resolve, &refund)
+        } else {
+            (&refund, &resolve)
+        };
+
+        // WHEN both reports arrive, in this order, each twice
+        let a = deliver(&app, ProviderId::PAYSTACK, first).await;
+        let b = deliver(&app, ProviderId::PAYSTACK, second).await;
+        let b_again = deliver(&app, ProviderId::PAYSTACK, second).await;
+
+        // THEN each signed, well-formed delivery is answered 2xx; the first debits, the second
+        // says it moved nothing, and its duplicate gets the same stored answer
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.json()["moved_minor"], Value::Null, "{}", a.body);
+        assert_eq!(
+            (b.status, b.json()["moved_minor"].clone()),
+            (200, json!(0)),
+            "{}",
+            b.body
+        );
+        assert_eq!(b_again.body, b.body);
+        // AND the account holds 300,000 - 180,000, from one credit and one debit
+        assert_eq!(
+            balance(&store, "w_paystack", "NGN").await,
+            (120_000, 2),
+            "dispute first: {dispute_first}"
+        );
+        // AND the payment lists both: 180,000 refunded, 180,000 disputed, 120,000 still refundable
+        let p = store
+            .payment(ProviderId::PAYSTACK, &Reference::parse("T_pair").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.refunded_minor, p.disputed_minor), (180_000, 180_000));
+        assert_eq!(p.disputes.len(), 1);
+        assert_eq!(p.disputes[0].withdrawn_minor, 180_000);
+        let rest = deliver(
+            &app,
+            ProviderId::PAYSTACK,
+            &paystack_refund(78, "T_pair", 120_000),
+        )
+        .await;
+        assert_eq!(rest.status, 200, "{}", rest.body);
+        let over = deliver(
+            &app,
+            ProviderId::PAYSTACK,
+            &paystack_refund(79, "T_pair", 1),
+        )
+        .await;
+        assert_eq!(
+            over.json()["error"],
+            json!("refund_exceeds_payment"),
+            "{}",
+            over.body
+        );
+        assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 3));
+    }
+}
+
+#[tokio::test]
+async fn a_paystack_dispute_and_its_refund_debit_once_under_ten_concurrent_deliveries_each() {
+    // GIVEN a paid charge of 300,000
+    let (store, app) = paystack_paid("dp_pair_race", "T_race").await;
+
+    // WHEN the accepted dispute (50,000) and its refund arrive ten times each, all at once
+    let resolve = paystack_resolve(21, "T_race", 50_000, "merchant-accepted");
+    let refund = paystack_refund(88, "T_race", 50_000);
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (app, body) = (
+            app.clone(),
+            if i % 2 == 0 {
+                resolve.clone()
+            } else {
+                refund.clone()
+            },
+        );
+        tasks.push(tokio::spawn(async move {
+            deliver(&app, ProviderId::PAYSTACK, &body).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+
+    // THEN nothing is refused for good (a lost race is retried, never a final 4xx)
+    for a in &answers {
+        assert!(
+            a.status == 200 || a.status >= 500 || a.status == 409,
+            "{} {}",
+            a.status,
+            a.body
+        );
+    }
+    // AND once the provider's retries land, 50,000 left the account once
+    for body in [&resolve, &refund] {
+        let again = deliver(&app, ProviderId::PAYSTACK, body).await;
+        assert_eq!(again.status, 200, "{}", again.body);
+    }
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (250_000, 2));
+}
+
+#[tokio::test]
+async fn a_refund_and_a_dispute_of_other_amounts_are_two_outflows() {
+    // GIVEN a paid charge of 300,000 with a manual refund of 100,000
+    let (store, app) = paystack_paid("dp_pair_two", "T_two").await;
+    let manual = deliver(
+        &app,
+        ProviderId::PAYSTACK,
+        &paystack_refund(1, "T_two", 100_000),
+    )
+    .await;
+    assert_eq!(manual.status, 200, "{}", manual.body);
+
+    // WHEN a dispute is then accepted for 200,000 (the rest)
+    let resolve = paystack_resolve(5, "T_two", 200_000, "merchant-accepted");
+    let taken = deliver(&app, ProviderId::PAYSTACK, &resolve).await;
+
+    // THEN it is debited at once: nothing spendable that the provider took
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 3));
+
+    // WHEN the dispute's own refund of 200,000 arrives
+    let its_refund = deliver(
+        &app,
+        ProviderId::PAYSTACK,
+        &paystack_refund(2, "T_two", 200_000),
     )
     .await;
 
-    // THEN the refund is refused for a human (the dispute took that money): debited once
+    // THEN it is the dispute's money already counted: 2xx, nothing moves
     assert_eq!(
-        (refund.status, refund.json()["error"].clone()),
-        (422, json!("refund_exceeds_payment")),
+        (its_refund.status, its_refund.json()["moved_minor"].clone()),
+        (200, json!(0)),
         "{}",
-        refund.body
+        its_refund.body
     );
-    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 2));
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 3));
+}
 
-    // AND a declined dispute and the create/remind notices move nothing
-    for body in [
-        paystack_resolve(10, "T_pair", 500_000, "declined"),
-        paystack_resolve(11, "T_pair", 500_000, "merchant-accepted")
-            .replace("charge.dispute.resolve", "charge.dispute.create"),
-    ] {
-        let r = deliver(&app, ProviderId::PAYSTACK, &body).await;
-        assert_eq!(r.json()["status"], json!("ignored"), "{}", r.body);
-    }
-    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 2));
+#[tokio::test]
+async fn a_declined_paystack_dispute_is_listed_on_its_payment_and_moves_nothing() {
+    // GIVEN a paid charge
+    let (store, app) = paystack_paid("dp_declined", "T_won").await;
+
+    // WHEN its dispute is declined (the merchant won), delivered twice, and the notices of
+    // another dispute's creation arrive
+    let declined = paystack_resolve(10, "T_won", 300_000, "declined");
+    let first = deliver(&app, ProviderId::PAYSTACK, &declined).await;
+    let again = deliver(&app, ProviderId::PAYSTACK, &declined).await;
+    let created = paystack_resolve(11, "T_won", 300_000, "merchant-accepted")
+        .replace("charge.dispute.resolve", "charge.dispute.create");
+    let notice = deliver(&app, ProviderId::PAYSTACK, &created).await;
+
+    // THEN it is recorded, once, and moves nothing; the notice is ignored
+    assert_eq!(
+        (first.status, first.json()["status"].clone()),
+        (200, json!("recorded")),
+        "{}",
+        first.body
+    );
+    assert_eq!(again.body, first.body);
+    assert_eq!(notice.json()["status"], json!("ignored"), "{}", notice.body);
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (300_000, 1));
+    // AND the payment lists the dispute as declined
+    let p = store
+        .payment(ProviderId::PAYSTACK, &Reference::parse("T_won").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let listed: Vec<(&str, &str, i64)> = p
+        .disputes
+        .iter()
+        .map(|d| (d.dispute.as_str(), d.status, d.withdrawn_minor))
+        .collect();
+    assert_eq!(listed, vec![("10", "declined", 0)]);
 }
 
 #[tokio::test]

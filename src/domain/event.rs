@@ -186,6 +186,9 @@ pub enum Operation {
     DisputeWithdrawal,
     /// Credit what the provider gave back when the merchant won a dispute, once per dispute.
     DisputeReinstatement,
+    /// Record, moving nothing, that the merchant won a dispute the provider had not taken
+    /// money for (Paystack's `declined` resolution), so the payment lists it.
+    DisputeDeclined,
     /// Debit a payout's amount when it is reserved, before the transfer is sent
     /// (`{provider}:payout:{payout id}`).
     Payout,
@@ -198,12 +201,13 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 9] = [
+    pub const ALL: [Operation; 10] = [
         Operation::Payment,
         Operation::Refund,
         Operation::RefundReversal,
         Operation::DisputeWithdrawal,
         Operation::DisputeReinstatement,
+        Operation::DisputeDeclined,
         Operation::Payout,
         Operation::PayoutFailed,
         Operation::PayoutPaid,
@@ -217,6 +221,7 @@ impl Operation {
             Operation::RefundReversal => "refund_reversal",
             Operation::DisputeWithdrawal => "dispute_withdrawal",
             Operation::DisputeReinstatement => "dispute_reinstatement",
+            Operation::DisputeDeclined => "dispute_declined",
             Operation::Payout => "payout",
             Operation::PayoutFailed => "payout_failed",
             Operation::PayoutPaid => "payout_paid",
@@ -312,6 +317,9 @@ pub enum DisputeMovement {
     Withdrawal,
     /// Given back to the merchant (credit).
     Reinstatement,
+    /// Ended in the merchant's favour before any money was taken: recorded on the payment,
+    /// nothing moves.
+    Declined,
 }
 
 impl DisputeMovement {
@@ -319,6 +327,7 @@ impl DisputeMovement {
         match self {
             DisputeMovement::Withdrawal => Operation::DisputeWithdrawal,
             DisputeMovement::Reinstatement => Operation::DisputeReinstatement,
+            DisputeMovement::Declined => Operation::DisputeDeclined,
         }
     }
 }

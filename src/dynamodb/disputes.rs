@@ -8,35 +8,29 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::item::{n, s};
 use super::payments::{history_entry, WRITE_ROUNDS};
 use super::DynamoStore;
-use crate::domain::{DisputeFacts, DisputeMovement, IdempotencyKey, PaymentStatus, ProviderId};
+use crate::domain::{DisputeFacts, DisputeMovement, IdempotencyKey, ProviderId};
 use crate::payments::disputes::withdrawal_key;
-use crate::payments::{judge_dispute, DisputeJudgement, DisputeOutcome, PaymentRecord};
+use crate::payments::pairs::PairGuard;
+use crate::payments::{
+    judge_dispute, DisputeJudgement, DisputeOutcome, DisputeWrite, PaymentRecord,
+};
 use crate::store::StoreError;
 
 impl DynamoStore {
-    /// Records the dispute movement, expecting the payment in the paid status `at`.
+    /// Records the dispute movement as `aim` says: in the paid status `aim.at`, and, on a payment
+    /// whose refunds repeat its disputes, on the exact totals the judge read.
     async fn dispute_write(
         &self,
         provider: ProviderId,
         facts: &DisputeFacts,
         movement: DisputeMovement,
         key: &IdempotencyKey,
-        at: PaymentStatus,
+        aim: DisputeWrite,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = self.clock.now_ms();
-        // A withdrawal takes from what may still be refunded (below zero if the provider took
-        // more than remained); a reinstatement gives it back.
-        let (refundable, disputed) = match movement {
-            DisputeMovement::Withdrawal => (
-                "refundable_minor = refundable_minor - :amt",
-                "disputed_minor = if_not_exists(disputed_minor, :zero) + :amt",
-            ),
-            DisputeMovement::Reinstatement => (
-                "refundable_minor = refundable_minor + :amt",
-                "disputed_minor = if_not_exists(disputed_minor, :zero) - :amt",
-            ),
-        };
         let amount = facts.money.amount.get();
+        let debit = aim.pair.map(|g| g.debit_minor(amount));
+        let money = money_moves(movement, debit);
         // A reinstatement gives back a withdrawal already applied, never one still to come.
         let withdrawal = withdrawal_key(facts, key);
         let after_withdrawal = if withdrawal.is_some() {
@@ -44,23 +38,35 @@ impl DynamoStore {
         } else {
             ""
         };
+        let totals = aim.pair.map_or(String::new(), |g| totals_condition(&g));
         let mut update = self
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(format!(
-                "SET {refundable}, {disputed}, updated_at_ms = :now, \
+                "SET {money}updated_at_ms = :now, \
                  history = list_append(if_not_exists(history, :empty), :h) ADD dispute_keys :keys"
             ))
             .condition_expression(format!(
                 "attribute_exists(pk) AND #status = :at AND currency = :cur \
-                 AND NOT contains(dispute_keys, :key){after_withdrawal}"
+                 AND NOT contains(dispute_keys, :key){after_withdrawal}{totals}"
             ))
-            .expression_attribute_values(":amt", n(amount))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":at", s(at.as_str()))
+            .expression_attribute_values(":at", s(aim.at.as_str()))
             .expression_attribute_values(":cur", s(facts.money.currency.as_str()))
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":keys", AttributeValue::Ss(vec![key.to_string()]))
-            .expression_attribute_values(":h", history_entry(at, key.as_str(), now, Some(amount)));
+            .expression_attribute_values(
+                ":h",
+                history_entry(aim.at, key.as_str(), now, Some(amount), debit),
+            );
+        if !money.is_empty() {
+            update = update
+                .expression_attribute_values(":amt", n(amount))
+                .expression_attribute_values(":zero", n(0));
+        }
+        if let Some(g) = aim.pair {
+            update = update
+                .expression_attribute_values(":r0", n(g.refunded_minor))
+                .expression_attribute_values(":d0", n(g.disputed_minor));
+        }
         if let Some(w) = withdrawal {
             update = update.expression_attribute_values(":withdrawal", s(w.as_str()));
         }
@@ -76,11 +82,10 @@ impl DynamoStore {
         movement: DisputeMovement,
         key: &IdempotencyKey,
     ) -> Result<DisputeOutcome, StoreError> {
-        // Most disputes hit a payment that is PAID.
-        let mut at = PaymentStatus::Paid;
+        let mut aim = DisputeWrite::first(key);
         for _ in 0..WRITE_ROUNDS {
             let old = match self
-                .dispute_write(provider, facts, movement, key, at)
+                .dispute_write(provider, facts, movement, key, aim)
                 .await?
             {
                 Ok(record) => return Ok(DisputeOutcome::Applied(record)),
@@ -88,9 +93,43 @@ impl DynamoStore {
             };
             match judge_dispute(old, facts, key) {
                 DisputeJudgement::Decided(outcome) => return Ok(outcome),
-                DisputeJudgement::Aim(status) => at = status,
+                DisputeJudgement::Aim(next) => aim = next,
             }
         }
         Ok(DisputeOutcome::Contended)
     }
+}
+
+/// The `SET` clauses that move the payment's money fields, each ending in ", ". A withdrawal
+/// takes from what may still be refunded (below zero if the provider took more than remained)
+/// and adds to the disputed total; a reinstatement gives both back. A paired withdrawal
+/// (`debit` 0: its refund already lowered the remainder) adds to the disputed total only.
+fn money_moves(movement: DisputeMovement, debit: Option<i64>) -> String {
+    let disputed_up = "disputed_minor = if_not_exists(disputed_minor, :zero) + :amt, ";
+    match (movement, debit) {
+        (DisputeMovement::Withdrawal, Some(0)) => disputed_up.to_owned(),
+        (DisputeMovement::Withdrawal, _) => {
+            format!("refundable_minor = refundable_minor - :amt, {disputed_up}")
+        }
+        (DisputeMovement::Reinstatement, _) => "refundable_minor = refundable_minor + :amt, \
+             disputed_minor = if_not_exists(disputed_minor, :zero) - :amt, "
+            .to_owned(),
+        // The merchant won before any money was taken: only the history and the key.
+        (DisputeMovement::Declined, _) => String::new(),
+    }
+}
+
+/// ` AND refunded_minor = :r0 AND disputed_minor = :d0` (either absent counting as 0): the
+/// totals the pairing judge read, so a refund and a withdrawal of one payment are decided one
+/// after the other, never both as the first report of their money.
+pub(super) fn totals_condition(g: &PairGuard) -> String {
+    let exact = |field: &str, value: i64, placeholder: &str| {
+        if value == 0 {
+            format!(" AND (attribute_not_exists({field}) OR {field} = {placeholder})")
+        } else {
+            format!(" AND {field} = {placeholder}")
+        }
+    };
+    exact("refunded_minor", g.refunded_minor, ":r0")
+        + &exact("disputed_minor", g.disputed_minor, ":d0")
 }

@@ -13,6 +13,7 @@
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
+use super::disputes::totals_condition;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{
@@ -22,7 +23,7 @@ use crate::domain::{
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
-    RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
+    RefundWrite, RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::store::StoreError;
 
@@ -36,16 +37,17 @@ pub(super) fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue 
 }
 
 fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
-    history_entry(status, note, at_ms, None)
+    history_entry(status, note, at_ms, None, None)
 }
 
 /// One history entry as a one-element list (for `list_append`), with the money it moved when it
-/// is a dispute's.
+/// is a dispute's (or a paired provider's refund), and what it debited when pairing decided it.
 pub(super) fn history_entry(
     status: PaymentStatus,
     note: &str,
     at_ms: i64,
     amount_minor: Option<i64>,
+    debit_minor: Option<i64>,
 ) -> AttributeValue {
     let mut entry: std::collections::HashMap<String, AttributeValue> = [
         ("at_ms".to_owned(), n(at_ms)),
@@ -56,6 +58,9 @@ pub(super) fn history_entry(
     .collect();
     if let Some(amount) = amount_minor {
         entry.insert("amount_minor".to_owned(), n(amount));
+    }
+    if let Some(debit) = debit_minor {
+        entry.insert("debit_minor".to_owned(), n(debit));
     }
     AttributeValue::L(vec![AttributeValue::M(entry)])
 }
@@ -81,6 +86,7 @@ pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, Store
                 status: h.parsed("status", |t| PaymentStatus::parse(t).ok_or(()))?,
                 note: h.str("note")?.to_owned(),
                 amount_minor: h.opt_num("amount_minor")?,
+                debit_minor: h.opt_num("debit_minor")?,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
@@ -385,41 +391,72 @@ impl DynamoStore {
             .await
     }
 
-    /// One refund attempt aimed at `target`: REFUNDED needs the remainder to equal the refund,
+    /// One refund attempt as `aim` says: REFUNDED needs the remainder to equal the refund,
     /// PARTIALLY_REFUNDED needs it to exceed it. DynamoDB conditions cannot add, so the remainder
-    /// is stored (`refundable_minor`) and compared directly.
+    /// is stored (`refundable_minor`) and compared directly. On a payment whose refunds repeat
+    /// its disputes the write is also conditioned on the totals the judge read, and a paired
+    /// refund (its money left with a withdrawal) records itself without taking the remainder.
     async fn refund_to(
         &self,
         provider: ProviderId,
         facts: &RefundFacts,
         key: &IdempotencyKey,
-        target: PaymentStatus,
+        aim: RefundWrite,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = self.clock.now_ms();
-        let remainder = if target == PaymentStatus::Refunded {
-            "refundable_minor = :amt"
-        } else {
-            "refundable_minor > :amt"
-        };
-        let update = self
-            .payment_update(provider, &facts.payment_reference, now)
-            .update_expression(
-                "SET #status = :to, refundable_minor = refundable_minor - :amt, \
-                 refunded_minor = refunded_minor + :amt, updated_at_ms = :now, \
-                 history = list_append(if_not_exists(history, :empty), :h) ADD refund_keys :keys",
+        let amount = facts.money.amount.get();
+        let paired = aim.pair.is_some_and(|g| g.paired);
+        let (take, remainder, statuses) = if paired {
+            ("", String::new(), "(:paid, :partial, :refunded)")
+        } else if aim.target == PaymentStatus::Refunded {
+            (
+                "refundable_minor = refundable_minor - :amt, ",
+                " AND refundable_minor = :amt".to_owned(),
+                "(:paid, :partial)",
             )
-            .condition_expression(format!(
-                "attribute_exists(pk) AND #status IN (:paid, :partial) AND currency = :cur \
-                 AND NOT contains(refund_keys, :key) AND NOT contains(reversed_refund_keys, :key) AND {remainder}"
+        } else {
+            (
+                "refundable_minor = refundable_minor - :amt, ",
+                " AND refundable_minor > :amt".to_owned(),
+                "(:paid, :partial)",
+            )
+        };
+        let totals = aim.pair.map_or(String::new(), |g| totals_condition(&g));
+        // The amount and decision are kept only where pairing reads them back.
+        let (h_amount, h_debit) = match aim.pair {
+            Some(g) => (Some(amount), Some(g.debit_minor(amount))),
+            None => (None, None),
+        };
+        let mut update = self
+            .payment_update(provider, &facts.payment_reference, now)
+            .update_expression(format!(
+                "SET #status = :to, {take}refunded_minor = refunded_minor + :amt, updated_at_ms = :now, \
+                 history = list_append(if_not_exists(history, :empty), :h) ADD refund_keys :keys"
             ))
-            .expression_attribute_values(":to", s(target.as_str()))
-            .expression_attribute_values(":amt", n(facts.money.amount.get()))
+            .condition_expression(format!(
+                "attribute_exists(pk) AND #status IN {statuses} AND currency = :cur \
+                 AND NOT contains(refund_keys, :key) AND NOT contains(reversed_refund_keys, :key){remainder}{totals}"
+            ))
+            .expression_attribute_values(":to", s(aim.target.as_str()))
+            .expression_attribute_values(":amt", n(amount))
             .expression_attribute_values(":cur", s(facts.money.currency.as_str()))
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":keys", AttributeValue::Ss(vec![key.to_string()]))
             .expression_attribute_values(":paid", s(PaymentStatus::Paid.as_str()))
             .expression_attribute_values(":partial", s(PaymentStatus::PartiallyRefunded.as_str()))
-            .expression_attribute_values(":h", history(target, key.as_str(), now));
+            .expression_attribute_values(
+                ":h",
+                history_entry(aim.target, key.as_str(), now, h_amount, h_debit),
+            );
+        if paired {
+            update = update
+                .expression_attribute_values(":refunded", s(PaymentStatus::Refunded.as_str()));
+        }
+        if let Some(g) = aim.pair {
+            update = update
+                .expression_attribute_values(":r0", n(g.refunded_minor))
+                .expression_attribute_values(":d0", n(g.disputed_minor));
+        }
         self.conditional_update(update, provider, &facts.payment_reference)
             .await
     }
@@ -653,15 +690,15 @@ impl Payments for DynamoStore {
     ) -> Result<RefundOutcome, StoreError> {
         // A full refund is the common case, so aim there first; each failed write shows the
         // payment as it is, and the judge re-aims or decides.
-        let mut target = PaymentStatus::Refunded;
+        let mut aim = RefundWrite::first(key);
         for _ in 0..WRITE_ROUNDS {
-            let old = match self.refund_to(provider, facts, key, target).await? {
+            let old = match self.refund_to(provider, facts, key, aim).await? {
                 Ok(record) => return Ok(RefundOutcome::Applied(record)),
                 Err(old) => old,
             };
             match judge_refund(old, facts, key) {
                 RefundJudgement::Decided(outcome) => return Ok(outcome),
-                RefundJudgement::Aim(t) => target = t,
+                RefundJudgement::Aim(next) => aim = next,
             }
         }
         Ok(RefundOutcome::Contended)

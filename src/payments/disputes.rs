@@ -10,6 +10,7 @@
 
 use serde::Serialize;
 
+use super::pairs::{self, PairGuard, Side};
 use super::{HistoryEntry, Mismatch, PaymentRecord};
 use crate::domain::{DisputeFacts, IdempotencyKey, Operation, PaymentStatus};
 
@@ -38,9 +39,37 @@ pub enum DisputeOutcome {
 )]
 pub enum DisputeJudgement {
     Decided(DisputeOutcome),
-    /// Write again, expecting the payment in this (paid) status: the write records the status
-    /// in its history entry and is conditioned on it.
-    Aim(PaymentStatus),
+    /// Write again as this says.
+    Aim(DisputeWrite),
+}
+
+/// A dispute write's aim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisputeWrite {
+    /// The paid status the payment is expected in: the write records it in its history entry
+    /// and is conditioned on it.
+    pub at: PaymentStatus,
+    /// On a payment whose refunds repeat its disputes ([`pairs`]), the totals read and whether
+    /// this withdrawal is the second report of a refund's money.
+    pub pair: Option<PairGuard>,
+}
+
+impl DisputeWrite {
+    /// The first write's aim: most disputes hit a payment that is PAID with nothing refunded.
+    pub fn first(key: &IdempotencyKey) -> Self {
+        DisputeWrite {
+            at: PaymentStatus::Paid,
+            pair: pairs_withdrawal(key).then_some(PairGuard::FIRST),
+        }
+    }
+}
+
+/// A withdrawal on a provider whose refunds may repeat it.
+fn pairs_withdrawal(key: &IdempotencyKey) -> bool {
+    key.operation() == Some(Operation::DisputeWithdrawal)
+        && key
+            .provider()
+            .is_some_and(pairs::repeats_disputes_as_refunds)
 }
 
 /// Decides a failed dispute write from the payment as it is now.
@@ -65,7 +94,17 @@ pub fn judge_dispute(
         }
     }
     if e.status.is_paid() {
-        Aim(e.status)
+        let pair = pairs_withdrawal(key).then(|| {
+            let amount = facts.money.amount.get();
+            pairs::guard(
+                e.refunded_minor,
+                e.disputed_minor,
+                &e.history,
+                Side::Withdrawal,
+                amount,
+            )
+        });
+        Aim(DisputeWrite { at: e.status, pair })
     } else {
         Decided(DisputeOutcome::NotYetPaid(Some(e)))
     }
@@ -89,7 +128,8 @@ pub fn withdrawal_key(facts: &DisputeFacts, key: &IdempotencyKey) -> Option<Idem
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DisputeView {
     pub dispute: String,
-    /// `funds_withdrawn`, or `funds_reinstated` once the merchant won it back.
+    /// `funds_withdrawn`, `funds_reinstated` once the merchant won it back, or `declined` when
+    /// the merchant won before any money was taken.
     pub status: &'static str,
     pub withdrawn_minor: i64,
     pub reinstated_minor: i64,
@@ -111,7 +151,9 @@ pub fn disputes_of(history: &[HistoryEntry]) -> Vec<DisputeView> {
         };
         if !matches!(
             op,
-            Operation::DisputeWithdrawal | Operation::DisputeReinstatement
+            Operation::DisputeWithdrawal
+                | Operation::DisputeReinstatement
+                | Operation::DisputeDeclined
         ) {
             continue;
         }
@@ -132,7 +174,12 @@ pub fn disputes_of(history: &[HistoryEntry]) -> Vec<DisputeView> {
             }
         };
         let amount = h.amount_minor.unwrap_or(0);
-        if op == Operation::DisputeWithdrawal {
+        if op == Operation::DisputeDeclined {
+            // Declined after a withdrawal cannot happen (the money was taken); keep what moved.
+            if view.withdrawn_minor == 0 {
+                view.status = "declined";
+            }
+        } else if op == Operation::DisputeWithdrawal {
             view.withdrawn_minor = amount;
             view.withdrawn_at_ms = Some(h.at_ms);
         } else {
@@ -184,7 +231,10 @@ mod tests {
         }
         assert_eq!(
             judge_dispute(Some(record(PaymentStatus::PartiallyRefunded)?), &f, &key),
-            DisputeJudgement::Aim(PaymentStatus::PartiallyRefunded)
+            DisputeJudgement::Aim(DisputeWrite {
+                at: PaymentStatus::PartiallyRefunded,
+                pair: None
+            })
         );
         let mut done = record(PaymentStatus::Paid)?;
         done.dispute_keys.push(key.clone());
@@ -208,14 +258,24 @@ mod tests {
             status: PaymentStatus::Paid,
             note: note.to_owned(),
             amount_minor: Some(amount),
+            debit_minor: None,
         };
         let views = disputes_of(&[
             entry("stripe:payment:pi_1", 1, 1_000),
             entry("stripe:dispute_withdrawal:dp_1", 2, 400),
             entry("stripe:dispute_withdrawal:dp_2", 3, 100),
             entry("stripe:dispute_reinstatement:dp_1", 4, 400),
+            entry("paystack:dispute_declined:7", 5, 900),
         ]);
-        assert_eq!(views.len(), 2);
+        assert_eq!(views.len(), 3);
+        assert_eq!(
+            (
+                views[2].dispute.as_str(),
+                views[2].status,
+                views[2].withdrawn_minor
+            ),
+            ("7", "declined", 0)
+        );
         assert_eq!(
             (
                 views[0].dispute.as_str(),

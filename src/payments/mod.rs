@@ -6,12 +6,14 @@
 //! where to aim the next write ([`judge_paid`], [`judge_refund`], [`judge_reversal`]).
 
 pub mod disputes;
+pub mod pairs;
 
 use std::future::Future;
 
 use serde::Serialize;
 
-pub use disputes::{judge_dispute, DisputeJudgement, DisputeOutcome, DisputeView};
+pub use disputes::{judge_dispute, DisputeJudgement, DisputeOutcome, DisputeView, DisputeWrite};
+use pairs::{PairGuard, Side};
 
 use crate::domain::{
     AccountId, Currency, DisputeFacts, DisputeMovement, IdempotencyKey, Money, PaymentFacts,
@@ -56,9 +58,14 @@ pub struct HistoryEntry {
     pub at_ms: i64,
     pub status: PaymentStatus,
     pub note: String,
-    /// The money a dispute movement moved (absent on other entries).
+    /// The money a dispute movement moved, or a refund on a payment whose refunds may repeat
+    /// a dispute (absent on other entries).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount_minor: Option<i64>,
+    /// What the movement debited when its write decided it could be the second report of one
+    /// outflow ([`pairs`]): 0 when it paired, its amount when not; absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debit_minor: Option<i64>,
 }
 
 /// A money field that differs from what the payment already holds.
@@ -268,9 +275,40 @@ pub enum RefundOutcome {
 )]
 pub enum RefundJudgement {
     Decided(RefundOutcome),
-    /// Write again aiming at this status: REFUNDED when the refund takes the whole remainder,
-    /// PARTIALLY_REFUNDED when it takes less.
-    Aim(PaymentStatus),
+    /// Write again as this says.
+    Aim(RefundWrite),
+}
+
+/// A refund write's aim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefundWrite {
+    /// REFUNDED when the refund takes the whole remainder, PARTIALLY_REFUNDED when it takes less
+    /// (or, paired, when something remains).
+    pub target: PaymentStatus,
+    /// On a payment whose refunds repeat its disputes ([`pairs`]), the totals read and whether
+    /// this refund is the second report of a withdrawal's money (then it debits nothing and the
+    /// remainder stays).
+    pub pair: Option<PairGuard>,
+}
+
+impl RefundWrite {
+    /// The first write's aim: a full refund of a payment with nothing refunded or disputed.
+    pub fn first(key: &IdempotencyKey) -> Self {
+        RefundWrite {
+            target: PaymentStatus::Refunded,
+            pair: pairs_refund(key).then_some(PairGuard::FIRST),
+        }
+    }
+
+    fn plain(target: PaymentStatus, pair: Option<PairGuard>) -> Self {
+        RefundWrite { target, pair }
+    }
+}
+
+/// A refund on a provider whose refunds may repeat a dispute's withdrawal.
+fn pairs_refund(key: &IdempotencyKey) -> bool {
+    key.provider()
+        .is_some_and(pairs::repeats_disputes_as_refunds)
 }
 
 /// The one refund decision, from the payment as it is now. DynamoDB conditions cannot add, so
@@ -299,22 +337,57 @@ pub fn judge_refund(
             Decided(RefundOutcome::NotYetPaid(Some(e)))
         }
         PaymentStatus::Paid | PaymentStatus::PartiallyRefunded | PaymentStatus::Refunded => {
-            let amount = facts.money.amount.get();
-            // What can still be refunded: paid, less refunded, less what disputes took.
-            let remainder = e
-                .amount_minor
-                .unwrap_or(0)
-                .checked_sub(e.refunded_minor)
-                .and_then(|r| r.checked_sub(e.disputed_minor));
-            match remainder {
-                Some(r) if r == amount => RefundJudgement::Aim(PaymentStatus::Refunded),
-                Some(r) if r > amount => RefundJudgement::Aim(PaymentStatus::PartiallyRefunded),
-                _ => Decided(RefundOutcome::Refused {
-                    reason: "refund_exceeds_payment",
-                    payment: e,
-                }),
-            }
+            refund_aim(e, facts, key)
         }
+    }
+}
+
+/// Where a refund of a paid payment aims, from what can still be refunded: paid, less
+/// refunded, less what disputes took, plus what was counted in both ([`pairs::overlap_minor`]).
+fn refund_aim(e: PaymentRecord, facts: &RefundFacts, key: &IdempotencyKey) -> RefundJudgement {
+    let amount = facts.money.amount.get();
+    let pair = pairs_refund(key).then(|| {
+        pairs::guard(
+            e.refunded_minor,
+            e.disputed_minor,
+            &e.history,
+            Side::Refund,
+            amount,
+        )
+    });
+    let overlap = if pair.is_some() {
+        pairs::overlap_minor(&e.history)
+    } else {
+        0
+    };
+    let remainder = e
+        .amount_minor
+        .unwrap_or(0)
+        .checked_sub(e.refunded_minor)
+        .and_then(|r| r.checked_sub(e.disputed_minor))
+        .and_then(|r| r.checked_add(overlap));
+    if let (Some(g), Some(r)) = (pair, remainder) {
+        if g.paired {
+            // The money left with the withdrawal: nothing more is taken, whatever remains.
+            let target = if r > 0 {
+                PaymentStatus::PartiallyRefunded
+            } else {
+                PaymentStatus::Refunded
+            };
+            return RefundJudgement::Aim(RefundWrite::plain(target, pair));
+        }
+    }
+    match remainder {
+        Some(r) if r == amount => {
+            RefundJudgement::Aim(RefundWrite::plain(PaymentStatus::Refunded, pair))
+        }
+        Some(r) if r > amount => {
+            RefundJudgement::Aim(RefundWrite::plain(PaymentStatus::PartiallyRefunded, pair))
+        }
+        _ => RefundJudgement::Decided(RefundOutcome::Refused {
+            reason: "refund_exceeds_payment",
+            payment: e,
+        }),
     }
 }
 
@@ -633,12 +706,12 @@ pub(crate) mod tests {
         rec.status = PaymentStatus::Paid;
         assert_eq!(
             judge_refund(Some(rec.clone()), &facts, &key),
-            RefundJudgement::Aim(PaymentStatus::PartiallyRefunded)
+            RefundJudgement::Aim(RefundWrite::plain(PaymentStatus::PartiallyRefunded, None))
         );
         rec.refunded_minor = 20;
         assert_eq!(
             judge_refund(Some(rec.clone()), &facts, &key),
-            RefundJudgement::Aim(PaymentStatus::Refunded)
+            RefundJudgement::Aim(RefundWrite::plain(PaymentStatus::Refunded, None))
         );
         rec.refunded_minor = 25;
         assert!(matches!(

@@ -2,6 +2,10 @@
 //! debited) or gave back (reinstatement, credited), each once under its own key, on the
 //! payment's recorded account and ledger shard. A dispute may take a balance below zero: the
 //! provider has already taken the money, so it is applied, never refused, and reported.
+//!
+//! Two movements post nothing and are answered 2xx: a withdrawal that is the second report of
+//! money a refund already debited (Paystack, [`crate::payments::pairs`]), and a declined
+//! dispute, recorded on its payment so it is listed there.
 
 use super::{
     applied, conflict, contended, parked, retry_later, Applied, Pipeline, PipelineError, Settled,
@@ -40,10 +44,20 @@ impl<S: Store> Pipeline<S> {
             DisputeOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = facts.money.amount.get();
+        // What this movement's own write decided it moves (a paired withdrawal: nothing, its
+        // refund already debited the money), so a retry posts exactly that.
         let signed = match movement {
-            DisputeMovement::Withdrawal => -amount,
+            DisputeMovement::Withdrawal => {
+                -crate::payments::pairs::debit_of(&payment.history, key).unwrap_or(amount)
+            }
             DisputeMovement::Reinstatement => amount,
+            DisputeMovement::Declined => 0,
         };
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
+        let body = Applied::dispute(key, facts, account, movement, signed);
+        if signed == 0 {
+            return Ok(Settled::Final(applied(&body, resumed)));
+        }
         let posted = self
             .post(
                 &payment,
@@ -53,12 +67,10 @@ impl<S: Store> Pipeline<S> {
                 resumed,
             )
             .await?;
-        let account = payment.account.as_ref().map_or("", AccountId::as_str);
         if movement == DisputeMovement::Withdrawal && posted == PostOutcome::Posted {
             self.report_below_zero(payment.account.as_ref(), facts, key)
                 .await;
         }
-        let body = Applied::dispute(key, facts, account);
         Ok(Settled::Final(applied(
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,

@@ -109,6 +109,10 @@ pub struct Applied<'a> {
     account: &'a str,
     amount: i64,
     currency: &'a str,
+    /// Set when the movement debited less than `amount`: `0` for money another report of the
+    /// same outflow already debited (or a declined dispute, which moves nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    moved_minor: Option<i64>,
 }
 
 impl<'a> Applied<'a> {
@@ -122,23 +126,32 @@ impl<'a> Applied<'a> {
             account,
             amount: p.money.amount.get(),
             currency: p.money.currency.as_str(),
+            moved_minor: None,
         }
     }
 
-    /// A dispute's withdrawal or reinstatement (`amount` what moved, positive either way).
+    /// A dispute's withdrawal or reinstatement (`amount` the dispute's, positive either way;
+    /// `signed` what was posted), or a declined dispute's record (`status` `recorded`).
     pub fn dispute(
         key: &'a IdempotencyKey,
         d: &'a crate::domain::DisputeFacts,
         account: &'a str,
+        movement: crate::domain::DisputeMovement,
+        signed: i64,
     ) -> Self {
+        let amount = d.money.amount.get();
         Applied {
-            status: "applied",
+            status: match movement {
+                crate::domain::DisputeMovement::Declined => "recorded",
+                _ => "applied",
+            },
             key: key.as_str(),
             reference: d.dispute.as_str(),
             payment_reference: Some(d.payment_reference.as_str()),
             account,
-            amount: d.money.amount.get(),
+            amount,
             currency: d.money.currency.as_str(),
+            moved_minor: (signed.unsigned_abs() != amount.unsigned_abs()).then_some(signed.abs()),
         }
     }
 
@@ -157,7 +170,14 @@ impl<'a> Applied<'a> {
             account,
             amount,
             currency: r.money.currency.as_str(),
+            moved_minor: None,
         }
+    }
+
+    /// Says the movement moved `moved` (positive), when that is not its whole amount.
+    fn moved(mut self, moved: i64) -> Self {
+        self.moved_minor = (moved != self.amount.abs()).then_some(moved);
+        self
     }
 }
 
@@ -595,17 +615,23 @@ impl<S: Store> Pipeline<S> {
             RefundOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = r.money.amount.get();
+        // What this refund's own write decided it debits: nothing when a dispute withdrawal
+        // already took its money (Paystack, `payments::pairs`), so a retry posts exactly that.
+        let debit = crate::payments::pairs::debit_of(&payment.history, key).unwrap_or(amount);
+        let account = payment.account.as_ref().map_or("", AccountId::as_str);
+        let body = Applied::refund(key, r, account, amount).moved(debit);
+        if debit == 0 {
+            return Ok(Settled::Final(applied(&body, resumed)));
+        }
         let posted = self
             .post(
                 &payment,
                 key,
-                Signed::of(-amount, r.money.currency),
+                Signed::of(-debit, r.money.currency),
                 &r.payment_reference,
                 resumed,
             )
             .await?;
-        let account = payment.account.as_ref().map_or("", AccountId::as_str);
-        let body = Applied::refund(key, r, account, amount);
         Ok(Settled::Final(applied(
             &body,
             resumed && posted == PostOutcome::AlreadyPosted,

@@ -4,11 +4,14 @@
 //! the merchant may accept a part). That event withdraws, under `paystack:dispute_withdrawal:{id}`.
 //!
 //! - `charge.dispute.create` and `charge.dispute.remind` move nothing (no debit before the
-//!   resolution), nor does a `declined` resolution (the merchant won; nothing was taken).
+//!   resolution).
+//! - A `declined` resolution (the merchant won; nothing was taken) moves nothing and is recorded
+//!   on its payment (`paystack:dispute_declined:{id}`), so the payment lists the dispute.
 //! - Paystack documents no reinstatement event.
-//! - Should Paystack also report the accepted dispute's money as a `refund.processed`, that
-//!   refund meets a payment whose refundable remainder the withdrawal already lowered: it is
-//!   refused (422 `refund_exceeds_payment`, logged for a human), never debited twice.
+//! - Paystack takes an accepted dispute's money by refunding the customer, so the same money
+//!   also arrives as a `refund.processed` of `refund_amount`, before or after the resolution:
+//!   whichever report comes second pairs with the first and debits nothing
+//!   ([`crate::payments::pairs`]); both are answered 2xx.
 
 use serde_json::Value;
 
@@ -19,13 +22,15 @@ use crate::providers::{DisputePage, PayloadError};
 
 /// `charge.dispute.resolve`, mapped.
 pub(super) fn dispute_resolved(f: &Fields<'_>) -> Result<EventKind, PayloadError> {
-    match f.opt_str("data.resolution")? {
-        Some("merchant-accepted" | "auto-accepted") => {}
+    let movement = match f.opt_str("data.resolution")? {
+        Some("merchant-accepted" | "auto-accepted") => DisputeMovement::Withdrawal,
+        Some("declined") => DisputeMovement::Declined,
         _ => return Ok(EventKind::Ignored),
-    }
-    let amount = match f.get("data.refund_amount") {
-        Some(Value::Null) | None => "data.transaction.amount",
-        Some(_) => "data.refund_amount",
+    };
+    // A declined dispute took nothing: it is listed with the disputed charge's amount.
+    let amount = match (movement, f.get("data.refund_amount")) {
+        (DisputeMovement::Declined, _) | (_, Some(Value::Null) | None) => "data.transaction.amount",
+        _ => "data.refund_amount",
     };
     let currency = match f.get("data.currency") {
         Some(Value::Null) | None => "data.transaction.currency",
@@ -37,7 +42,7 @@ pub(super) fn dispute_resolved(f: &Fields<'_>) -> Result<EventKind, PayloadError
             payment_reference: f.reference("data.transaction.reference")?,
             money: paystack_money(f, amount, currency)?,
         },
-        movement: DisputeMovement::Withdrawal,
+        movement,
     })
 }
 
@@ -50,7 +55,7 @@ pub(super) fn list_path(since_s: i64, cursor: Option<&str>) -> String {
 
 /// A page of `GET /dispute` (`{"status":true,"data":[dispute…],"meta":{"page","pageCount"}}`):
 /// each dispute read as its `charge.dispute.resolve` would be, so only one resolved against the
-/// merchant withdraws, with the same amount.
+/// merchant withdraws, with the same amount, and a declined one is recorded.
 pub(super) fn read_list(body: &[u8]) -> Result<DisputePage, PayloadError> {
     let root = crate::providers::json::parse_object(body)?;
     let f = Fields::new(&root);
@@ -103,17 +108,27 @@ mod tests {
             item(4, Value::from("auto-accepted"), Value::Null),
         ], "meta": {"page": 1, "pageCount": 3}});
         let page = read_list(body.to_string().as_bytes()).unwrap_or_default();
-        let got: Vec<(String, i64)> = page
+        let got: Vec<(String, DisputeMovement, i64)> = page
             .movements
             .iter()
             .filter_map(|m| match &m.kind {
-                EventKind::Dispute { facts, .. } => {
-                    Some((facts.dispute.to_string(), facts.money.amount.get()))
-                }
+                EventKind::Dispute { facts, movement } => Some((
+                    facts.dispute.to_string(),
+                    *movement,
+                    facts.money.amount.get(),
+                )),
                 _ => None,
             })
             .collect();
-        assert_eq!(got, vec![("1".to_owned(), 4000), ("4".to_owned(), 9000)]);
+        let withdrawal = DisputeMovement::Withdrawal;
+        assert_eq!(
+            got,
+            vec![
+                ("1".to_owned(), withdrawal, 4000),
+                ("2".to_owned(), DisputeMovement::Declined, 9000),
+                ("4".to_owned(), withdrawal, 9000)
+            ]
+        );
         assert_eq!(page.next.as_deref(), Some("2"));
         // 2026-12-03T00:00:00Z
         assert_eq!(

@@ -51,6 +51,8 @@ fn moved(f: &Fields<'_>, movement: DisputeMovement) -> Result<Option<Money>, Pay
     let category = match movement {
         DisputeMovement::Withdrawal => "dispute",
         DisputeMovement::Reinstatement => "dispute_reversal",
+        // Stripe reports no declined movement: nothing of it is in the balance transactions.
+        DisputeMovement::Declined => return Ok(None),
     };
     let dispute = stripe_money(f, "data.object.amount", "data.object.currency")?;
     let path = "data.object.balance_transactions";

@@ -76,6 +76,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             paid_key: Some(key.clone()),
             dispute_keys: Vec::new(),
             disputed_minor: 0,
+            parked_debits: Vec::new(),
             disputes: Vec::new(),
             ledger_shard: Some(0),
             credit_at_ms: Some(0),

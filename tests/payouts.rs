@@ -1141,3 +1141,105 @@ async fn a_transfer_the_provider_never_shows_waits_for_a_person_never_failed() {
         .unwrap()
         .contains("sent as often as allowed"));
 }
+
+/// A signed generic refund (or, `withdrawal`, a dispute withdrawal) of `amount` NGN of `payment`.
+fn debit_of(payment: &str, reference: &str, amount: i64, withdrawal: bool) -> String {
+    if withdrawal {
+        event_body(
+            &format!("evt_{reference}"),
+            "dispute.funds_withdrawn",
+            json!({"dispute": reference, "reference": payment, "amount": amount, "currency": "NGN"}),
+        )
+    } else {
+        event_body(
+            &format!("evt_{reference}"),
+            "refund.succeeded",
+            json!({"reference": reference, "payment_reference": payment, "amount": amount, "currency": "NGN"}),
+        )
+    }
+}
+
+#[tokio::test]
+async fn money_a_parked_debit_takes_back_is_never_paid_out() {
+    // GIVEN a refund of 300 and a dispute withdrawal of 200 that arrived before their payment
+    // (parked: 409, the provider will redeliver them later)
+    let store = store("payouts_parked_hold").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    let refund = debit_of("pay_held", "rf_held", 300, false);
+    let withdrawal = debit_of("pay_held", "dp_held", 200, true);
+    for body in [&refund, &withdrawal] {
+        assert_eq!(send(&app, signed(body)).await.status, 409);
+    }
+
+    // WHEN the payment of 1,000 is credited, and a payout of 600 is asked for at once
+    fund(&app, "wallet_h", 1_000, "pay_held").await;
+    let r = pay(
+        &app,
+        payout_request("h1", &payout_body("wallet_h", 600), Some(TOKEN)),
+    )
+    .await;
+
+    // THEN the credit took the parked debits first: only 500 was ever spendable, so the payout
+    // is refused and no transfer is made
+    assert_eq!(
+        (
+            r.status,
+            r.body["error"].as_str(),
+            r.body["available"].as_i64()
+        ),
+        (422, Some("insufficient_funds"), Some(500)),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(balance(&store, "wallet_h").await, 500);
+    assert_eq!(posts(&fake), 0);
+    // AND the provider's redeliveries find them applied: answered 200, nothing moves again
+    for body in [&refund, &withdrawal] {
+        let again = send(&app, signed(body)).await;
+        assert_eq!(again.status, 200, "{}", again.body);
+    }
+    assert_eq!(balance(&store, "wallet_h").await, 500);
+}
+
+#[tokio::test]
+async fn money_a_parked_debit_takes_back_is_never_paid_out_while_payouts_race_the_credit() {
+    // GIVEN a refund of 400 parked before its payment of 1,000
+    let store = store("payouts_parked_race").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    let refund = debit_of("pay_race", "rf_race", 400, false);
+    assert_eq!(send(&app, signed(&refund)).await.status, 409);
+
+    // WHEN the payment is credited while eight payouts of 100 are asked for at the same time
+    let credit = {
+        let app = app.clone();
+        tokio::spawn(async move { fund(&app, "wallet_r", 1_000, "pay_race").await })
+    };
+    let mut asks = Vec::new();
+    for i in 0..8 {
+        let app = app.clone();
+        asks.push(tokio::spawn(async move {
+            let req = payout_request(&format!("r{i}"), &payout_body("wallet_r", 100), Some(TOKEN));
+            pay(&app, req).await
+        }));
+    }
+    credit.await.unwrap();
+    let mut reserved = 0_i64;
+    for a in asks {
+        let r = a.await.unwrap();
+        if r.status != 422 {
+            reserved += 100;
+        }
+    }
+    // AND the refund is redelivered
+    assert_eq!(send(&app, signed(&refund)).await.status, 200);
+
+    // THEN whatever the interleaving, no payout spent what the refund takes: the account never
+    // goes below zero, and every transfer made was reserved against the 600 left
+    let left = balance(&store, "wallet_r").await;
+    assert!(reserved <= 600, "reserved {reserved}");
+    assert_eq!(left, 600 - reserved);
+    assert!(left >= 0);
+    assert!(posts(&fake) as i64 * 100 <= reserved);
+}

@@ -124,7 +124,8 @@ async fn replaying_everything_twice_changes_nothing_and_is_logged() {
 
 #[tokio::test]
 async fn a_parked_refund_replayed_after_its_payment_applies_once() {
-    // GIVEN a refund that arrived before its payment (parked, 409), then the payment
+    // GIVEN a refund that arrived before its payment (parked, 409, by the release that wrote
+    // nothing on the payment, so its credit does not take it), then the payment
     let store = store("parked").await;
     let app = app(store.clone(), 30_000);
     let refund = event_body(
@@ -133,6 +134,7 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
         json!({"reference": "rf_p", "payment_reference": "r_p", "amount": 300, "currency": "NGN"}),
     );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
+    as_parked_by_previous_release(&store, "generic", "r_p").await;
     assert_eq!(
         send(
             &app,
@@ -165,6 +167,56 @@ async fn a_parked_refund_replayed_after_its_payment_applies_once() {
 }
 
 #[tokio::test]
+async fn a_refund_parked_before_its_payment_is_taken_by_the_credit_before_it_posts() {
+    // GIVEN a refund that arrived before its payment (parked, 409)
+    let store = store("parked_taken").await;
+    let app = app(store.clone(), 30_000);
+    let refund = event_body(
+        "e_rf",
+        "refund.succeeded",
+        json!({"reference": "rf_t", "payment_reference": "r_t", "amount": 300, "currency": "NGN"}),
+    );
+    assert_eq!(send(&app, signed(&refund)).await.status, 409);
+
+    // WHEN the payment arrives
+    let paid = send(
+        &app,
+        signed(&payment_body("e_t", "r_t", "w_t", 1_000, "NGN")),
+    )
+    .await;
+
+    // THEN its credit took the refund first: the account never held the 300 the provider gave
+    // back, and the debit was posted no later than the credit
+    assert_eq!(paid.status, 200, "{}", paid.body);
+    assert_eq!(balance(&store, "w_t").await, (700, 2));
+    let entries = store
+        .entries(&AccountId::parse("w_t").unwrap())
+        .await
+        .unwrap();
+    let posted = |key: &str| {
+        entries
+            .iter()
+            .find(|e| e.key.as_str() == key)
+            .map(|e| e.posted_at_ms)
+            .unwrap()
+    };
+    assert!(posted("generic:refund:rf_t") <= posted("generic:payment:r_t"));
+
+    // WHEN the parked delivery is replayed, and the provider redelivers it
+    let parked = LogFilter {
+        outcome: Some(Outcome::Parked),
+        ..LogFilter::default()
+    };
+    let replayed = run(&store, &parked, &opts(false)).await;
+    let again = send(&app, signed(&refund)).await;
+
+    // THEN both find it done: nothing moves again
+    assert!(replayed.errors.is_empty(), "{replayed:?}");
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(balance(&store, "w_t").await, (700, 2));
+}
+
+#[tokio::test]
 async fn a_dry_run_says_what_would_happen_and_writes_nothing() {
     let store = store("dryrun").await;
     let app = app(store.clone(), 30_000);
@@ -174,6 +226,7 @@ async fn a_dry_run_says_what_would_happen_and_writes_nothing() {
         json!({"reference": "rf_d", "payment_reference": "r_d", "amount": 300, "currency": "NGN"}),
     );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
+    as_parked_by_previous_release(&store, "generic", "r_d").await;
     assert_eq!(
         send(
             &app,
@@ -341,6 +394,7 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
         json!({"reference": "rf_i", "payment_reference": "r_i", "amount": 100, "currency": "NGN"}),
     );
     assert_eq!(send(&app, signed(&refund)).await.status, 409);
+    as_parked_by_previous_release(&store, "generic", "r_i").await;
     assert_eq!(
         send(
             &app,

@@ -20,6 +20,7 @@ use crate::domain::{
     AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
     RefundFacts, StateFacts,
 };
+use crate::payments::parked::{ParkOutcome, ParkedDebit};
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
@@ -114,6 +115,11 @@ pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, Store
             .map(|k| IdempotencyKey::from_stored(k.to_owned())),
         dispute_keys: keys(r.str_set("dispute_keys")),
         disputed_minor: r.opt_num("disputed_minor")?.unwrap_or(0),
+        parked_debits: r
+            .str_set("parked_debits")
+            .iter()
+            .filter_map(|t| ParkedDebit::parse(t))
+            .collect(),
         disputes,
         ledger_shard: r
             .opt_num("ledger_shard")?
@@ -531,13 +537,27 @@ impl DynamoStore {
         for _ in 0..WRITE_ROUNDS {
             let now = self.clock.now_ms();
             let note = "registered: account assigned";
-            let update = self
+            // A PENDING payment made by a debit that came first (`payments::parked`) was never
+            // in the open index: registered now, reconciliation asks about it like any other.
+            let open_key = match judged.status {
+                PaymentStatus::Pending => Some(
+                    self.open_key(judged.status, expected.provider, &expected.reference)
+                        .await?,
+                ),
+                _ => None,
+            };
+            let set_open = if open_key.is_some() {
+                ", #open = if_not_exists(#open, :openv)"
+            } else {
+                ""
+            };
+            let mut update = self
                 .payment_update(expected.provider, &expected.reference, now)
-                .update_expression(
+                .update_expression(format!(
                     "SET account = :acct, amount_minor = if_not_exists(amount_minor, :amt), \
                      currency = if_not_exists(currency, :cur), updated_at_ms = :now, \
-                     history = list_append(if_not_exists(history, :empty), :h)",
-                )
+                     history = list_append(if_not_exists(history, :empty), :h){set_open}"
+                ))
                 .condition_expression(
                     "attribute_exists(pk) AND attribute_not_exists(account) AND #status = :st \
                      AND (attribute_not_exists(amount_minor) OR amount_minor = :amt) \
@@ -548,6 +568,11 @@ impl DynamoStore {
                 .expression_attribute_values(":cur", s(expected.money.currency.as_str()))
                 .expression_attribute_values(":st", s(judged.status.as_str()))
                 .expression_attribute_values(":h", history(judged.status, note, now));
+            if let Some(open) = open_key {
+                update = update
+                    .expression_attribute_names("#open", "open")
+                    .expression_attribute_values(":openv", s(open));
+            }
             let old = match self
                 .conditional_update(update, expected.provider, &expected.reference)
                 .await?
@@ -712,6 +737,42 @@ impl Payments for DynamoStore {
         key: &IdempotencyKey,
     ) -> Result<crate::payments::DisputeOutcome, StoreError> {
         self.apply_dispute(provider, facts, movement, key).await
+    }
+
+    async fn park_debit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        debit: &ParkedDebit,
+    ) -> Result<ParkOutcome, StoreError> {
+        let now = self.clock.now_ms();
+        let waiting = [
+            PaymentStatus::Pending,
+            PaymentStatus::Processing,
+            PaymentStatus::Failed,
+        ];
+        let (update, not_paid) = status_in(self.payment_update(provider, reference, now), &waiting);
+        // Absent: a PENDING payment without account or money, as a state event would make it.
+        let update = update
+            .update_expression(
+                "SET provider = if_not_exists(provider, :prov), \
+                 #reference = if_not_exists(#reference, :ref), #status = if_not_exists(#status, :pending), \
+                 refunded_minor = if_not_exists(refunded_minor, :zero), \
+                 refundable_minor = if_not_exists(refundable_minor, :zero), \
+                 created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
+                 history = if_not_exists(history, :empty) ADD parked_debits :debit",
+            )
+            .condition_expression(format!("attribute_not_exists(pk) OR {not_paid}"))
+            .expression_attribute_names("#reference", "reference")
+            .expression_attribute_values(":prov", s(provider.as_str()))
+            .expression_attribute_values(":ref", s(reference.as_str()))
+            .expression_attribute_values(":pending", s(PaymentStatus::Pending.as_str()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":debit", AttributeValue::Ss(vec![debit.tag()]));
+        match self.conditional_update(update, provider, reference).await? {
+            Ok(_) => Ok(ParkOutcome::Parked),
+            Err(_) => Ok(ParkOutcome::PaidMeanwhile),
+        }
     }
 
     async fn reverse_refund(

@@ -7,6 +7,7 @@
 
 pub mod disputes;
 pub mod pairs;
+pub mod parked;
 
 use std::future::Future;
 
@@ -40,6 +41,9 @@ pub struct PaymentRecord {
     pub dispute_keys: Vec<IdempotencyKey>,
     /// Withdrawn by disputes less reinstated: money the provider took back.
     pub disputed_minor: i64,
+    /// Debits that arrived before the payment was paid ([`parked`]): its credit takes them
+    /// first. Kept after they apply.
+    pub parked_debits: Vec<parked::ParkedDebit>,
     /// Each dispute and how it ended, read from the history (not stored on its own).
     pub disputes: Vec<DisputeView>,
     /// The ledger shard of this payment's entries (its credit, refunds and reversals), decided
@@ -219,6 +223,7 @@ fn placeholder(facts: &PaymentFacts) -> PaymentRecord {
         paid_key: None,
         dispute_keys: Vec::new(),
         disputed_minor: 0,
+        parked_debits: Vec::new(),
         disputes: Vec::new(),
         ledger_shard: None,
         credit_at_ms: None,
@@ -525,6 +530,15 @@ pub trait Payments: Sync {
         movement: DisputeMovement,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<DisputeOutcome, StoreError>> + Send;
+    /// Writes `debit` down on its payment `reference` if that payment is not paid (creating it
+    /// PENDING, without account or money, when absent), in one conditional write; says
+    /// [`parked::ParkOutcome::PaidMeanwhile`] when it is paid by now.
+    fn park_debit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        debit: &parked::ParkedDebit,
+    ) -> impl Future<Output = Result<parked::ParkOutcome, StoreError>> + Send;
     /// Reverses the refund keyed `refund_key` (its own key, not the reversal's).
     fn reverse_refund(
         &self,

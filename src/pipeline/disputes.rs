@@ -24,11 +24,26 @@ impl<S: Store> Pipeline<S> {
         movement: DisputeMovement,
         key: &IdempotencyKey,
     ) -> Result<Settled, PipelineError> {
-        let (payment, resumed) = match self
+        let mut outcome = self
             .store
             .dispute(ev.provider, facts, movement, key)
-            .await?
+            .await?;
+        if matches!(outcome, DisputeOutcome::NotYetPaid(_))
+            && movement == DisputeMovement::Withdrawal
         {
+            // Written down on the payment, whose credit takes it first (`pipeline::parked`).
+            let (reference, money) = (&facts.payment_reference, facts.money);
+            match self.park(ev.provider, reference, key, money).await? {
+                Some(settled) => return Ok(settled),
+                None => {
+                    outcome = self
+                        .store
+                        .dispute(ev.provider, facts, movement, key)
+                        .await?
+                }
+            }
+        }
+        let (payment, resumed) = match outcome {
             DisputeOutcome::Applied(p) => (p, false),
             DisputeOutcome::AlreadyApplied(p) => (p, true),
             // Not paid yet: no account or shard to move money on; the provider (or

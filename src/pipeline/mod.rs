@@ -4,6 +4,7 @@
 
 mod cancels;
 mod disputes;
+mod parked;
 mod payouts;
 mod transfers;
 
@@ -517,6 +518,9 @@ impl<S: Store> Pipeline<S> {
             PaidOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = p.money.amount.get();
+        // Money the provider already took back from this payment leaves first: nothing of
+        // the credit is spendable before the debits it carries (`parked`).
+        self.take_parked(&payment).await?;
         let signed = Signed::of(amount, p.money.currency);
         let posted = self
             .post(&payment, key, signed, &p.reference, resumed)
@@ -585,10 +589,21 @@ impl<S: Store> Pipeline<S> {
         key: &IdempotencyKey,
         uncredited: Uncredited,
     ) -> Result<Settled, PipelineError> {
-        let (payment, resumed) = match self.store.refund(ev.provider, r, key).await? {
+        let mut outcome = self.store.refund(ev.provider, r, key).await?;
+        if matches!(outcome, RefundOutcome::NotYetPaid(_)) && uncredited == Uncredited::Park {
+            // Not paid yet: written down on the payment, whose credit takes it first; not
+            // claimed for good, so the provider's redelivery finds it applied.
+            match self
+                .park(ev.provider, &r.payment_reference, key, r.money)
+                .await?
+            {
+                Some(settled) => return Ok(settled),
+                None => outcome = self.store.refund(ev.provider, r, key).await?,
+            }
+        }
+        let (payment, resumed) = match outcome {
             RefundOutcome::Applied(p) => (p, false),
             RefundOutcome::AlreadyApplied(p) => (p, true),
-            // Not paid yet: not applied, not claimed for good; the provider's redelivery applies it.
             RefundOutcome::NotYetPaid(_) if uncredited == Uncredited::Park => {
                 return Ok(Settled::NothingMoved(parked(key)))
             }

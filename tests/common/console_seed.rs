@@ -1,6 +1,8 @@
 //! The deliveries the console tests look at, made by real signed webhooks: two payments (one
 //! delivered twice), a refund that arrived before its payment (parked), and a forged delivery
-//! (refused, never logged).
+//! (refused, never logged). The refund was parked as the release before parked debits were
+//! written down on their payment parked it (nothing on the payment), so its payment's credit
+//! does not take it and it waits for a replay.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -31,6 +33,7 @@ pub async fn seed(app: &Arc<App<DynamoStore>>) -> Seeded {
         json!({"reference": "rf_console_2", "payment_reference": "pay_console_2", "amount": 5_000, "currency": "NGN"}),
     );
     assert_eq!(send(app, signed(&refund)).await.status, 409, "parked");
+    super::as_parked_by_previous_release(app.pipeline.store(), "generic", "pay_console_2").await;
     let pay2 = payment_body("evt_console_2", "pay_console_2", ACCOUNT, 7_000, "NGN");
     assert_eq!(send(app, signed(&pay2)).await.status, 200);
     // Signed with a secret the app does not hold (it holds SECRET and OTHER_SECRET): 401.

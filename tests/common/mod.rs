@@ -290,3 +290,20 @@ pub async fn counts(store: &DynamoStore) -> [usize; 4] {
         scan(store, &t.events).await.len(),
     ]
 }
+
+/// Makes a refund parked before its payment look as the release before parked debits were
+/// written down parked it: nothing on the (then absent) payment, so its credit does not take
+/// it and only a redelivery or a replay applies it.
+pub async fn as_parked_by_previous_release(store: &DynamoStore, provider: &str, payment: &str) {
+    store
+        .client()
+        .delete_item()
+        .table_name(store.tables().payments.clone())
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("{provider}#{payment}")),
+        )
+        .send()
+        .await
+        .unwrap();
+}

@@ -1,0 +1,112 @@
+//! Debits that arrive before their payment is paid (a refund, a dispute withdrawal): parked
+//! (409, the provider redelivers), and *written down on the payment* in the same conditional
+//! write that finds it not yet paid, so the credit that pays it can take them first.
+//!
+//! Why on the payment, in that write: the money order. The credit is what makes money
+//! spendable, and a payout may reserve the instant it lands; if the parked refund only came
+//! back with the provider's next redelivery (minutes, hours), that payout could spend what the
+//! refund takes, and the refund would then leave the account below zero by something payhook
+//! initiated. So the pipeline's credit applies and posts every parked debit of its payment
+//! *before* it posts the credit. A refund that parks races the write that pays: the park is
+//! conditioned on the payment not being paid, so either the paid write's answer holds the
+//! parked debit, or the park fails and the refund is applied at once instead.
+//!
+//! | state of the payment item | a debit that finds it not paid | the credit |
+//! |---|---|---|
+//! | absent | creates it PENDING (no account, no money fields) holding the debit | pays it as any PENDING payment, then applies the debit before posting |
+//! | PENDING / PROCESSING / FAILED | adds the debit (`parked_debits`, a string set: a redelivery adds nothing) | the same |
+//! | paid | the park's condition fails: the debit is judged again and applies | — |
+//!
+//! A parked debit is kept after it applied (its key is then in `refund_keys` or
+//! `dispute_keys`), so every retry of the credit finds the same list and skips what is done.
+
+use serde::Serialize;
+
+use super::PaymentRecord;
+use crate::domain::{Currency, IdempotencyKey, Money, Operation, Reference};
+
+/// One debit waiting for its payment: its movement's key and money.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParkedDebit {
+    pub key: IdempotencyKey,
+    pub money: Money,
+}
+
+/// What parking a debit found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkOutcome {
+    /// Written down on the not-yet-paid payment: its credit takes it first.
+    Parked,
+    /// The payment was paid meanwhile: judge the debit again (it applies now).
+    PaidMeanwhile,
+}
+
+impl ParkedDebit {
+    /// As stored in `parked_debits`: `{currency}:{amount}:{key}`.
+    pub fn tag(&self) -> String {
+        format!(
+            "{}:{}:{}",
+            self.money.currency,
+            self.money.amount.get(),
+            self.key
+        )
+    }
+
+    /// Reads a stored tag back; `None` for one this release cannot read (skipped, so the
+    /// debit waits for its own redelivery as before).
+    pub fn parse(tag: &str) -> Option<ParkedDebit> {
+        let mut parts = tag.splitn(3, ':');
+        let currency = Currency::parse(parts.next()?).ok()?;
+        let amount = parts.next()?.parse::<i64>().ok()?;
+        let key = IdempotencyKey::from_stored(parts.next()?.to_owned());
+        Some(ParkedDebit {
+            key,
+            money: Money::new(amount, currency).ok()?,
+        })
+    }
+
+    /// The movement this is: a refund or a dispute withdrawal, and its own reference (the
+    /// refund's or the dispute's).
+    pub fn movement(&self) -> Option<(Operation, Reference)> {
+        let op = self.key.operation()?;
+        let reference = self.key.as_str().splitn(3, ':').nth(2)?;
+        Some((op, Reference::parse(reference).ok()?))
+    }
+}
+
+/// The parked debits of `p` not applied yet (nor voided by the provider's word), in a stable
+/// order: what a credit of `p` must take first.
+pub fn waiting_on(p: &PaymentRecord) -> Vec<&ParkedDebit> {
+    p.parked_debits
+        .iter()
+        .filter(|d| {
+            !p.refund_keys.contains(&d.key)
+                && !p.reversed_refund_keys.contains(&d.key)
+                && !p.dispute_keys.contains(&d.key)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ProviderId;
+
+    #[test]
+    fn a_tag_reads_back_as_the_debit_it_was() {
+        let reference = Reference::parse("rf_1").unwrap_or_else(|_| unreachable!());
+        let key = IdempotencyKey::new(ProviderId::GENERIC, Operation::Refund, &reference);
+        let ngn = Currency::parse("NGN").unwrap_or_else(|_| unreachable!());
+        let debit = ParkedDebit {
+            key,
+            money: Money::new(400, ngn).unwrap_or_else(|_| unreachable!()),
+        };
+        let back = ParkedDebit::parse(&debit.tag());
+        assert_eq!(back.as_ref(), Some(&debit));
+        assert_eq!(
+            back.and_then(|d| d.movement()),
+            Some((Operation::Refund, reference))
+        );
+        assert_eq!(ParkedDebit::parse("XX:1:k"), None);
+    }
+}

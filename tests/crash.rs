@@ -133,6 +133,52 @@ async fn a_fault_at_any_write_is_finished_by_the_retry_and_never_applied_twice()
 }
 
 #[tokio::test]
+async fn a_fault_anywhere_in_a_credit_that_takes_a_parked_refund_never_spends_or_debits_twice() {
+    // The calls of a credit that takes a parked refund: claim, paid write, refund write, the
+    // refund's ledger entry, the credit's ledger entry, finalize, log.
+    let (store, app) = faulty("faults_parked").await;
+    for step in 0..7 {
+        for fault in ALL_FAULTS {
+            // GIVEN a refund of 300 parked before its payment of 1,000
+            let r = format!("fp{step}_{fault:?}");
+            let acct = format!("w_{r}");
+            let refund = event_body(
+                &format!("e_rf_{r}"),
+                "refund.succeeded",
+                serde_json::json!({"reference": format!("rf_{r}"), "payment_reference": r, "amount": 300, "currency": "NGN"}),
+            );
+            assert_eq!(send(&app, signed(&refund)).await.status, 409, "{r}");
+            let body = payment_body(&format!("e_{r}"), &r, &acct, 1_000, "NGN");
+
+            // WHEN the payment's invocation meets `fault` at call `step`, and the provider
+            // retries until a final answer
+            let inv = Invocation::new(Some((step, fault)));
+            let first = invoke(inv.clone(), send(&app, signed(&body))).await;
+            assert!(inv.fired(), "{r}: the fault never fired");
+            assert!(
+                first.status == 503 || first.status == 200,
+                "{r}: {}",
+                first.body
+            );
+            let mut seen = Vec::new();
+            for _ in 0..50 {
+                seen.push(balance(&store, &acct).await.0);
+                let again = send(&app, signed(&body)).await;
+                if again.status == 200 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+
+            // THEN the account never held the refunded 300, and ends with one credit and one
+            // debit
+            assert!(seen.iter().all(|b| *b <= 700), "{r}: {seen:?}");
+            assert_eq!(balance(&store, &acct).await, (700, 2), "{r}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_zombie_cannot_overwrite_its_successor() {
     // GIVEN invocation A claimed with a short lease and stalled mid-flight
     let store = store("zombie").await;

@@ -18,7 +18,8 @@
 //! | paid | the park's condition fails: the debit is judged again and applies | — |
 //!
 //! A parked debit is kept after it applied (its key is then in `refund_keys` or
-//! `dispute_keys`), so every retry of the credit finds the same list and skips what is done.
+//! `dispute_keys`), so every retry of the credit finds the same list, and posts what a crash
+//! left unposted (each step idempotent under the debit's own key).
 
 use serde::Serialize;
 
@@ -74,16 +75,14 @@ impl ParkedDebit {
     }
 }
 
-/// The parked debits of `p` not applied yet (nor voided by the provider's word), in a stable
-/// order: what a credit of `p` must take first.
-pub fn waiting_on(p: &PaymentRecord) -> Vec<&ParkedDebit> {
+/// The parked debits a credit of `p` must take first: all but those the provider voided, in a
+/// stable order. One already applied is taken again (its write finds it done and its ledger
+/// entry is posted if a crash left it unposted), since a key in `refund_keys` says the payment
+/// write happened, not that its debit was posted.
+pub fn to_take(p: &PaymentRecord) -> Vec<&ParkedDebit> {
     p.parked_debits
         .iter()
-        .filter(|d| {
-            !p.refund_keys.contains(&d.key)
-                && !p.reversed_refund_keys.contains(&d.key)
-                && !p.dispute_keys.contains(&d.key)
-        })
+        .filter(|d| !p.reversed_refund_keys.contains(&d.key))
         .collect()
 }
 

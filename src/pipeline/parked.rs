@@ -12,7 +12,7 @@ use crate::domain::{
     DisputeFacts, DisputeMovement, IdempotencyKey, Money, Operation, ProviderId, Reference,
     RefundFacts,
 };
-use crate::payments::parked::{waiting_on, ParkOutcome, ParkedDebit};
+use crate::payments::parked::{to_take, ParkOutcome, ParkedDebit};
 use crate::payments::{DisputeOutcome, PaymentRecord, RefundOutcome};
 
 impl<S: Store> Pipeline<S> {
@@ -39,10 +39,10 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
-    /// Applies and posts every debit parked on `payment` that is not applied yet: called by the
-    /// credit before it posts, on every attempt (done ones are skipped by their keys).
+    /// Applies and posts every debit parked on `payment`: called by the credit before it posts,
+    /// on every attempt (a done step finds itself done under the debit's key).
     pub(super) async fn take_parked(&self, payment: &PaymentRecord) -> Result<(), PipelineError> {
-        for debit in waiting_on(payment) {
+        for debit in to_take(payment) {
             let Some((op, reference)) = debit.movement() else {
                 continue;
             };

@@ -362,6 +362,32 @@ def https_env(env):
     return env
 
 
+class BlackHole:
+    """A DynamoDB endpoint that accepts connections and never answers: what a process meets
+    when DynamoDB is unreachable at start (a stalled network path). Init must not wait on it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
 def create_pyref_tables(prefix):
     import boto3  # the reference's own dependency (target/bench/pyref-venv)
     ddb = boto3.client("dynamodb")
@@ -422,6 +448,15 @@ def main():
             https = measure_ready(Target(name, args, https_env(env)), args.init_runs)
             log(f"  {name:<15} https endpoint: ready {https['ready_ms']:.2f} ms (CPU {https['ready_cpu_ms']:.2f} ms)")
             out["targets"][name]["init_https"] = https
+        if name.startswith("payhook"):
+            hole = BlackHole()
+            try:
+                uenv = dict(env, AWS_ENDPOINT_URL_DYNAMODB=f"http://127.0.0.1:{hole.port}")
+                down = measure_ready(Target(name, args, uenv), args.init_runs)
+            finally:
+                hole.close()
+            log(f"  {name:<15} DynamoDB unreachable: ready {down['ready_ms']:.2f} ms (CPU {down['ready_cpu_ms']:.2f} ms)")
+            out["targets"][name]["init_unreachable"] = down
         if name.startswith("payhook") and args.secrets_endpoint:
             # The signing secret from Secrets Manager instead of the environment: every rotation
             # stage is asked for (three GetSecretValue calls) before the first request.

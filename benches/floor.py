@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""The bare-SDK floor (examples/sdk_floor.rs), counted by callgrind: instructions per round of
+five unconditional PutItems through a client built as payhook builds its own. The program runs
+twice under callgrind, with --low and --high rounds; (high total - low total) / (high - low) is
+one round's count with start-up and tear-down cancelled out, so it moves far less than 1%
+between runs on a loaded machine. Prints JSON.
+
+  python3 benches/floor.py --floor target/release/examples/sdk_floor --out target/bench/cg
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def count(floor, rounds, out):
+    path = os.path.join(out, f"floor.{rounds}.out")
+    env = dict(os.environ, ROUNDS=str(rounds))
+    subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={path}", floor],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(path) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals in {path}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--floor", required=True, help="the sdk_floor example binary")
+    p.add_argument("--low", type=int, default=20)
+    p.add_argument("--high", type=int, default=120)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    low, high = count(args.floor, args.low, args.out), count(args.floor, args.high, args.out)
+    per_round = (high - low) / (args.high - args.low)
+    print(f"  sdk floor: {per_round / 1e6:.3f} M instructions per 5 PutItems", file=sys.stderr)
+    print(json.dumps({"rounds": [args.low, args.high], "totals": [low, high],
+                      "per_five_put_items": per_round}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

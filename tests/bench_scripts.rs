@@ -59,6 +59,15 @@ async fn the_cpu_bench_drives_serve_and_the_emulated_lambda_runtime() {
             .unwrap()
             > 0.0
     );
+    // AND init was timed with DynamoDB unreachable too (a listener that never answers): both
+    // paths became ready (no figure is asserted: speed is shown by scripts/bench)
+    for target in ["payhook-serve", "payhook-lambda"] {
+        let down = &report["targets"][target]["init_unreachable"];
+        assert!(
+            down["ready_ms"].as_f64().unwrap_or(0.0) > 0.0,
+            "{target}: {down}"
+        );
+    }
 
     // AND per target 5 new movements were applied once each (1 init run, 1 warm-up, 3 new), their
     // 3 duplicates moved nothing, and the 3 bad signatures wrote nothing: 10 claims, payments and

@@ -177,7 +177,7 @@ pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutSer
             max_amount_minor: config.payout_max_minor,
         }),
         Err(e) => {
-            tracing::error!(error = %e, "no TLS roots: payouts answer 503");
+            tracing::error!(error = %e, "no provider client: payouts answer 503");
             None
         }
     }

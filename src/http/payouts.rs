@@ -245,6 +245,16 @@ async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) ->
             "",
         );
     };
+    // The provider client is set up on the first payout (not at start): when no call could
+    // ever leave, refuse before anything is reserved.
+    if let Err(why) = service.api.ready() {
+        tracing::error!(error = %why, "payouts refused: no provider call can leave this process");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "payouts_unavailable",
+            "this process cannot reach payout providers",
+        );
+    }
     let key = match req.headers().get("idempotency-key").map(|v| {
         v.to_str()
             .map_err(|_| FieldError::new("Idempotency-Key", "must be visible ASCII"))

@@ -3,6 +3,7 @@
 //! adapter (`Provider::api_path`, `Provider::read_api`), the same code that reads its webhooks;
 //! this module only moves bytes, bounded: a timeout per call and a cap on the answer's size.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -87,10 +88,27 @@ impl ApiEndpoint {
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
+/// The HTTPS client with the system's root certificates (rustls, aws-lc).
+fn build_client() -> Result<HttpsClient, String> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(rustls::crypto::aws_lc_rs::default_provider())
+        .map_err(|e| format!("no TLS root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+type HttpsClient = Client<Https, Full<Bytes>>;
+
 /// Real HTTP client for the providers' APIs (TLS by rustls with the SDK's aws-lc provider, so
 /// the binary carries one TLS stack).
 pub struct HttpProviderApi {
-    client: Client<Https, Full<Bytes>>,
+    /// Built on the first call, not at start: reading and parsing the system's root
+    /// certificates was 89% of a process's instructions from start to ready (twice: the payout
+    /// service's and reconciliation's), and a process that only takes webhooks never calls a
+    /// provider (docs/performance.md, "Init").
+    client: OnceLock<Result<HttpsClient, String>>,
     endpoints: Vec<ApiEndpoint>,
     timeout: Duration,
     /// The generic provider's transfer visibility window, when configured (its contract is the
@@ -99,15 +117,11 @@ pub struct HttpProviderApi {
 }
 
 impl HttpProviderApi {
+    /// The client for `endpoints`; its TLS set-up waits for the first call ([`Self::ready`]).
+    /// Never fails today; the `Result` keeps callers written for an eager set-up unchanged.
     pub fn new(endpoints: Vec<ApiEndpoint>) -> Result<Self, std::io::Error> {
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(rustls::crypto::aws_lc_rs::default_provider())?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let client = Client::builder(TokioExecutor::new()).build(connector);
         Ok(HttpProviderApi {
-            client,
+            client: OnceLock::new(),
             endpoints,
             timeout: CALL_TIMEOUT,
             generic_visibility_ms: None,
@@ -118,6 +132,27 @@ impl HttpProviderApi {
     pub fn with_generic_visibility_ms(mut self, ms: Option<i64>) -> Self {
         self.generic_visibility_ms = ms;
         self
+    }
+
+    /// Sets the client up if it is not yet (the root certificates read once per process), and
+    /// says why it cannot be: a payout is refused before anything is reserved when no call
+    /// could ever leave.
+    pub fn ready(&self) -> Result<(), String> {
+        self.client
+            .get_or_init(build_client)
+            .as_ref()
+            .map(|_| ())
+            .map_err(Clone::clone)
+    }
+
+    fn client(&self, provider: ProviderId) -> Result<&HttpsClient, ApiError> {
+        self.client
+            .get_or_init(build_client)
+            .as_ref()
+            .map_err(|e| ApiError::Transport {
+                provider,
+                source: e.clone().into(),
+            })
     }
 
     /// The same client with another per-call timeout (tests use a short one).
@@ -139,7 +174,7 @@ impl HttpProviderApi {
             .body(Full::new(Bytes::new()))
             .map_err(|e| transport(Box::new(e)))?;
         let res = self
-            .client
+            .client(provider)?
             .request(req)
             .await
             .map_err(|e| transport(Box::new(e)))?;
@@ -202,7 +237,7 @@ impl HttpProviderApi {
             .body(Full::new(Bytes::from(call.body.clone())))
             .map_err(|e| transport(Box::new(e)))?;
         let res = self
-            .client
+            .client(provider)?
             .request(req)
             .await
             .map_err(|e| transport(Box::new(e)))?;

@@ -436,3 +436,54 @@ async fn a_second_chargeback_after_a_reversal_debits_once() {
         .unwrap();
     assert_eq!(p.disputed_minor, 5_000);
 }
+
+#[tokio::test]
+async fn a_genuine_batch_never_forces_a_read_of_the_secrets() {
+    // GIVEN an app whose secrets come from Secrets Manager (refreshed; every forced read counted)
+    let store = store("adyen_reads").await;
+    let config = Config::from_lookup(|n| match n {
+        "PAYHOOK_ADYEN_SECRETS" => Some(KEY.to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut app = payhook::runtime::build_app(&config, store.clone());
+    {
+        let a = Arc::get_mut(&mut app).unwrap();
+        a.metrics = payhook::metrics::MetricsSink::Off;
+        let (providers, _) = config.providers();
+        let refresh = common::CountingRefresh {
+            config: config.clone(),
+            reads: reads.clone(),
+        };
+        a.providers =
+            payhook::http::live::LiveProviders::refreshed(providers, Box::new(refresh), i64::MAX);
+    }
+    expect(&store, "ord_reads", "w_reads", 1_000).await;
+
+    // WHEN a genuine two-item batch is delivered
+    let items = [
+        item(KEY, "AUTHORISATION", "psp_reads", "ord_reads", None, 1_000),
+        item(
+            KEY,
+            "REFUND",
+            "psp_reads_r",
+            "ord_reads",
+            Some("psp_reads"),
+            100,
+        ),
+    ];
+    let answer = send(&app, batch(&items)).await;
+
+    // THEN it is accepted and applied without a single read of the secrets
+    assert_eq!((answer.status, answer.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "w_reads").await, (900, 2));
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // WHEN a batch no known secret verifies arrives (what a rotation looks like)
+    let forged = [item(WRONG_KEY, "AUTHORISATION", "psp_f", "ord_f", None, 5)];
+    assert_eq!(send(&app, batch(&forged)).await.status, 401);
+
+    // THEN that one forces a read (and only one)
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -618,3 +618,44 @@ async fn a_source_outside_the_providers_allowlist_is_refused_and_writes_nothing(
     });
     assert!(bad.is_err());
 }
+
+#[tokio::test]
+async fn a_source_outside_the_allowlist_costs_no_read_of_the_secrets() {
+    // GIVEN the generic provider allowed only from 203.0.113.0/24, its secret not readable yet
+    // (from Secrets Manager: every forced read counted)
+    let store = store("source_reads").await;
+    let config = payhook::config::Config::from_lookup(|name| match name {
+        "PAYHOOK_GENERIC_SOURCE_IPS" => Some("203.0.113.0/24".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut app = payhook::runtime::build_app(&config, store.clone());
+    {
+        let a = std::sync::Arc::get_mut(&mut app).unwrap();
+        let (providers, _) = config.providers();
+        let refresh = CountingRefresh {
+            config: config.clone(),
+            reads: reads.clone(),
+        };
+        a.providers =
+            payhook::http::live::LiveProviders::refreshed(providers, Box::new(refresh), i64::MAX);
+    }
+    let body = payment_body("e_sr", "pay_sr", "w_sr", 700, "NGN");
+
+    // WHEN a flood arrives from outside the list
+    for _ in 0..5 {
+        let r = send(&app, via_api_gateway(&body, "198.51.100.7")).await;
+        assert_eq!(r.status, 403, "{}", r.body);
+    }
+
+    // THEN not one of them read the secrets
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // WHEN one arrives from inside the list
+    let inside = send(&app, via_api_gateway(&body, "203.0.113.9")).await;
+
+    // THEN only it may try to read them (and finds no secret: 503)
+    assert_eq!(inside.status, 503, "{}", inside.body);
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

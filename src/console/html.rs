@@ -74,6 +74,8 @@ pub fn money(minor: i64, currency: &str) -> String {
     let exponent = crate::domain::Currency::parse(currency)
         .map(|c| u32::from(c.exponent()))
         .unwrap_or(0);
+    // The code comes from stored data: escaped like any other text, whatever parsed it.
+    let currency = esc(currency);
     if exponent == 0 {
         return format!("{minor} {currency}");
     }
@@ -172,6 +174,12 @@ pub fn note(class: &str, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn money_escapes_its_currency() {
+        assert_eq!(money(5, "<b>"), "5 &lt;b&gt;");
+        assert_eq!(money(12_345, "NGN"), "123.45 NGN");
+    }
 
     #[test]
     fn escapes_what_could_open_markup() {

@@ -307,3 +307,22 @@ pub async fn as_parked_by_previous_release(store: &DynamoStore, provider: &str, 
         .await
         .unwrap();
 }
+
+/// A secrets refresh that only counts how often it is asked (each ask is a read of every secret
+/// from Secrets Manager in production) and hands back the adapters `config` makes.
+pub struct CountingRefresh {
+    pub config: payhook::config::Config,
+    pub reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl payhook::http::live::Refresh for CountingRefresh {
+    fn read(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Option<payhook::providers::Providers>> + Send>,
+    > {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (providers, _) = self.config.providers();
+        Box::pin(async move { Some(providers) })
+    }
+}

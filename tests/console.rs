@@ -430,3 +430,44 @@ async fn payouts_that_need_a_person_are_on_the_attention_page() {
     assert!(page.body.contains("not settled past the horizon"));
     assert!(page.body.contains(&format!("payhook payouts show {id}")));
 }
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_make_the_console_read() {
+    // GIVEN the console over seeded tables
+    let store = store("console_cross_site").await;
+    let c = console(&store);
+    seed(&app(store.clone(), 30_000)).await;
+
+    // WHEN a page of another site makes the operator's browser fetch console pages (`<img>`
+    // tags: a cross-site or same-site GET carrying the console's Host)
+    for site in ["cross-site", "same-site"] {
+        for path in ["/traffic?window=day", "/deliveries", "/attention"] {
+            let res = call(
+                &c,
+                Request::get(path)
+                    .header("host", HOST)
+                    .header("sec-fetch-site", site)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+
+            // THEN it is refused before any read: nothing of the log in the answer
+            assert_eq!(res.status, 403, "{site} {path}: {}", res.body);
+            assert!(!res.body.contains("pay_console"), "{}", res.body);
+        }
+    }
+    // AND the operator's own navigation (same-origin, or typed: none) still works
+    for site in ["same-origin", "none"] {
+        let res = call(
+            &c,
+            Request::get("/deliveries")
+                .header("host", HOST)
+                .header("sec-fetch-site", site)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(res.status, 200, "{site}");
+    }
+}

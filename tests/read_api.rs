@@ -46,7 +46,7 @@ fn iam_get(path_and_query: &str) -> Request<Body> {
 }
 
 fn plain_get(path_and_query: &str, bearer: Option<&str>) -> Request<Body> {
-    let mut b = Request::get(path_and_query);
+    let mut b = Request::get(path_and_query).header("host", "127.0.0.1:8080");
     if let Some(t) = bearer {
         b = b.header("authorization", format!("Bearer {t}"));
     }
@@ -533,4 +533,125 @@ async fn a_balance_read_makes_calls_bounded_by_shards_not_by_history() {
         "balance read: {:?} for 300 entries, {:?} for 3 ({shards} ledger shards)",
         calls[0], calls[1]
     );
+}
+
+/// One HTTP/1.1 request to `payhook serve` on `port` with the given `Host` and extra headers:
+/// (status, body).
+async fn raw(
+    port: u16,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+#[tokio::test]
+async fn serve_s_loopback_reads_answer_only_requests_addressed_to_a_loopback_host() {
+    // GIVEN `payhook serve` on loopback (reads open to local callers) with one credited payment
+    let store = store("serve_host").await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = payhook_env(
+        &mut std::process::Command::new(env!("CARGO_BIN_EXE_payhook")),
+        &store,
+    )
+    .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+    .env("RUST_LOG", "error")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let body = payment_body("e_host", "pay_host", "w_host", 700, "NGN");
+    let signed_req = signed(&body);
+    let sig: Vec<(String, String)> = signed_req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+        .collect();
+    let sig: Vec<(&str, &str)> = sig.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+
+    // WHEN a provider's webhook arrives through a tunnel (its public name in Host)
+    let (hook, answer) = raw(
+        port,
+        "POST",
+        "/webhooks/generic",
+        "hooks.example.com",
+        &sig,
+        &body,
+    )
+    .await;
+
+    // THEN it is applied: Host does not matter to signed webhooks
+    assert_eq!(hook, 200, "{answer}");
+
+    // WHEN a page elsewhere reads through DNS rebinding (its own name in Host), or a page of
+    // another site fires a request from the browser
+    let reads = [
+        "/accounts/w_host/balance",
+        "/deliveries",
+        "/payments/generic/pay_host",
+    ];
+    for path in reads {
+        let (rebound, leaked) =
+            raw(port, "GET", path, &format!("evil.example:{port}"), &[], "").await;
+        let (cross, leaked2) = raw(
+            port,
+            "GET",
+            path,
+            &format!("127.0.0.1:{port}"),
+            &[("sec-fetch-site", "cross-site")],
+            "",
+        )
+        .await;
+
+        // THEN neither gets an answer with data
+        assert_eq!(rebound, 421, "{path}: {leaked}");
+        assert_eq!(cross, 421, "{path}: {leaked2}");
+        assert!(
+            !leaked.contains("pay_host") && !leaked.contains("700"),
+            "{leaked}"
+        );
+        assert!(
+            !leaked2.contains("pay_host") && !leaked2.contains("700"),
+            "{leaked2}"
+        );
+    }
+
+    // AND a local caller addressing it by a loopback name reads the balance
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let (ok, balance) = raw(port, "GET", "/accounts/w_host/balance", &host, &[], "").await;
+        assert_eq!(ok, 200, "{host}: {balance}");
+        assert!(balance.contains("700"), "{balance}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

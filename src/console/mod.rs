@@ -120,7 +120,22 @@ async fn guard<S: Source>(State(c): State<Shared<S>>, req: Request<Body>, next: 
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default();
     let own = c.origin.trim_start_matches("http://");
-    let mut res = if host == own {
+    // A browser says where a request comes from: a page of another site (`<img>` tags, a
+    // form) must not make the console read with the operator's credentials, even a GET.
+    let foreign = matches!(
+        req.headers()
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok()),
+        Some("cross-site" | "same-site")
+    );
+    let mut res = if host == own && foreign {
+        tracing::warn!("console request refused: sent by a page of another site");
+        (
+            StatusCode::FORBIDDEN,
+            "this console answers only its own pages",
+        )
+            .into_response()
+    } else if host == own {
         next.run(req).await
     } else {
         tracing::warn!(

@@ -52,7 +52,7 @@ impl ReadAccess {
     pub fn describe(&self) -> &'static str {
         match self {
             ReadAccess::Iam => "IAM caller identity required",
-            ReadAccess::Loopback => "loopback: open to local callers",
+            ReadAccess::Loopback => "loopback: local callers, addressed to a loopback Host",
             ReadAccess::Token(_) => "bearer token required",
             ReadAccess::Off => "read routes off (not loopback; see --read-api)",
         }
@@ -149,7 +149,13 @@ async fn authorize<S: Store>(
                 }
             }
         }
-        ReadAccess::Loopback => "loopback".to_owned(),
+        ReadAccess::Loopback => {
+            if let Err(why) = loopback_request(&req) {
+                tracing::warn!(path, why, "read refused: not a local caller's request");
+                return error(StatusCode::MISDIRECTED_REQUEST, "misdirected", why);
+            }
+            "loopback".to_owned()
+        }
         ReadAccess::Token(token) => {
             let presented = req
                 .headers()
@@ -186,6 +192,37 @@ async fn authorize<S: Store>(
     let res = next.run(req).await;
     tracing::info!(caller, path, status = res.status().as_u16(), "read");
     res
+}
+
+/// A loopback server is reachable by any page the operator's browser opens: a page elsewhere
+/// can resolve its own name to 127.0.0.1 (DNS rebinding) and read the answers, or fire
+/// requests at it (`<img>` tags). So `Host` must name a loopback address or `localhost`, as
+/// the console requires, and a browser's cross-site or same-site fetch is refused before any
+/// read.
+fn loopback_request(req: &Request<Body>) -> Result<(), &'static str> {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let Some(host) = header("host") else {
+        return Err("no Host header");
+    };
+    if !is_loopback_host(host) {
+        return Err("Host is not a loopback address or localhost");
+    }
+    match header("sec-fetch-site") {
+        Some("cross-site" | "same-site") => Err("a request from another site"),
+        _ => Ok(()),
+    }
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn ok(value: &impl Serialize) -> Response {
@@ -414,6 +451,28 @@ async fn deliveries<S: Store>(State(app): State<Arc<App<S>>>, RawQuery(raw): Raw
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:1",
+            "[::1]:9",
+            "127.9.9.9",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "127.0.0.1.evil.example",
+            "[::2]:9",
+            "",
+            "10.0.0.1:80",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn tokens_match_only_themselves_and_short_ones_are_refused() {

@@ -315,7 +315,7 @@ fn secrets_come_from_secrets_manager_never_from_the_template() {
             assert!(
                 grants
                     .iter()
-                    .any(|g| g.contains(&format!("secret:${{{param}}}-*"))),
+                    .any(|g| g.ends_with(&format!("secret:${{{param}}}-??????"))),
                 "{name}: reads {var} but may not secretsmanager:GetSecretValue on ${{{param}}}"
             );
         }
@@ -325,7 +325,7 @@ fn secrets_come_from_secrets_manager_never_from_the_template() {
                 env.iter().any(|(v, value)| v.ends_with("_ARN")
                     && value["Fn::If"][1]["Ref"]
                         .as_str()
-                        .is_some_and(|p| g.contains(&format!("secret:${{{p}}}-*")))),
+                        .is_some_and(|p| g.ends_with(&format!("secret:${{{p}}}-??????")))),
                 "{name}: may read {g}, which no variable of its names"
             );
         }
@@ -1139,4 +1139,158 @@ fn cfn_lint_passes() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every IAM statement in `v` (any object with `Effect` and `Action`), wherever it sits.
+fn statements(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key("Effect") && m.contains_key("Action") {
+                out.push(v.clone());
+            }
+            for child in m.values() {
+                statements(child, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|c| statements(c, out)),
+        _ => {}
+    }
+}
+
+/// `lambda:InvokeFunction` on a payhook function is full trust: a direct invocation can hand
+/// the function an API Gateway event with any IAM caller in its request context, or an
+/// EventBridge event from any source (docs/deploy.md, "Who may invoke"). So the template grants
+/// it to API Gateway for this stack's API (SAM scopes each route's permission to the API by
+/// `SourceArn`) and to EventBridge for this stack's rule, and to nobody else.
+#[test]
+fn only_this_api_and_this_stack_s_rule_may_invoke_a_function() {
+    let t = Template::load();
+    let mut problems = Vec::new();
+    for (name, p) in t.of_type("AWS::Lambda::Permission") {
+        let principal = scalar(&p["Properties"]["Principal"]).unwrap_or_default();
+        if !principal.ends_with(".amazonaws.com") {
+            problems.push(format!(
+                "{name}: principal {principal:?} is not an AWS service"
+            ));
+        }
+        if p["Properties"].get("SourceArn").is_none() {
+            problems.push(format!(
+                "{name}: no SourceArn (any {principal} resource could invoke)"
+            ));
+        }
+    }
+    let mut all = Vec::new();
+    statements(&Value::Object(t.resources().clone()), &mut all);
+    assert!(all.len() > 10, "the walk found the template's statements");
+    assert!(t.of_type("AWS::Lambda::Permission").count() > 0);
+    for s in &all {
+        let actions: Vec<String> = one_or_many(&s["Action"])
+            .into_iter()
+            .filter_map(scalar)
+            .collect();
+        if actions.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "*" | "lambda:*" | "lambda:InvokeFunction" | "lambda:Invoke*"
+            )
+        }) {
+            problems.push(format!("a policy grants {actions:?}: {s}"));
+        }
+    }
+    for (name, f) in t.functions() {
+        for (event, e) in events(f) {
+            if e["Type"] == "HttpApi" && ref_target(&e["Properties"]["ApiId"]) != Some("WebhookApi")
+            {
+                problems.push(format!(
+                    "{name}.{event}: an HttpApi event not on WebhookApi"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// IAM's wildcard match: `*` any run of characters, `?` exactly one.
+fn iam_matches(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // matches[i][j]: p[..i] matches t[..j]
+    let mut m = vec![vec![false; t.len() + 1]; p.len() + 1];
+    m[0][0] = true;
+    for i in 1..=p.len() {
+        m[i][0] = m[i - 1][0] && p[i - 1] == '*';
+        for j in 1..=t.len() {
+            m[i][j] = match p[i - 1] {
+                '*' => m[i - 1][j] || m[i][j - 1],
+                '?' => m[i - 1][j - 1],
+                c => m[i - 1][j - 1] && c == t[j - 1],
+            };
+        }
+    }
+    m[p.len()][t.len()]
+}
+
+/// The internet-facing webhook function may read signing secrets only. With the names
+/// docs/deploy.md suggests (`payhook/stripe` and the key that moves money,
+/// `payhook/stripe-api`), a grant of `secret:payhook/stripe-*` also matched the key's ARN
+/// (`…:secret:payhook/stripe-api-AbCdEf`); a grant must match the name plus Secrets Manager's
+/// six-character suffix and nothing else.
+#[test]
+fn no_webhook_grant_matches_a_secret_that_moves_money() {
+    let t = Template::load();
+    let (webhook, f) = t.webhook();
+    let arn = |name: &str, suffix: &str| {
+        format!("arn:aws:secretsmanager:eu-west-1:123456789012:secret:{name}-{suffix}")
+    };
+    let grants: Vec<String> = secret_grants(f)
+        .iter()
+        .map(|g| {
+            let param = g
+                .rsplit("${")
+                .next()
+                .and_then(|p| p.split('}').next())
+                .unwrap_or_default();
+            let name = param.trim_end_matches("SecretName").to_lowercase();
+            g.replace("${AWS::Partition}", "aws")
+                .replace("${AWS::Region}", "eu-west-1")
+                .replace("${AWS::AccountId}", "123456789012")
+                .replace(&format!("${{{param}}}"), &format!("payhook/{name}"))
+        })
+        .collect();
+    assert!(!grants.is_empty(), "{webhook} reads signing secrets");
+    let money_keys: Vec<&str> = t.doc["Parameters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.ends_with("ApiKeySecretName"))
+        .map(String::as_str)
+        .collect();
+    assert!(!money_keys.is_empty());
+    for key in &money_keys {
+        let provider = key.trim_end_matches("ApiKeySecretName").to_lowercase();
+        // The suggested name, and others a reader might pick next to `payhook/{provider}`.
+        for name in [
+            format!("payhook/{provider}-api"),
+            format!("payhook/{provider}-key"),
+            format!("payhook/{provider}x"),
+        ] {
+            let secret = arn(&name, "AbCdEf");
+            for g in &grants {
+                assert!(
+                    !iam_matches(g, &secret),
+                    "{webhook}: {g} matches {secret}, a key that moves money"
+                );
+            }
+        }
+    }
+    // AND each grant still matches its own secret, whatever its six-character suffix
+    for g in &grants {
+        let own = g.trim_end_matches("-??????");
+        let own_name = own.rsplit("secret:").next().unwrap_or_default();
+        assert!(iam_matches(g, &arn(own_name, "Q1w2E3")), "{g}");
+        assert!(
+            !iam_matches(g, &arn(own_name, "Q1w2E3x")),
+            "{g}: longer suffix"
+        );
+    }
+    assert!(iam_matches("a*b?", "aXXbc") && !iam_matches("a?", "abc"));
 }

@@ -25,6 +25,9 @@ use tower::ServiceExt;
 const HOST: &str = "127.0.0.1:9";
 const ORIGIN: &str = "http://127.0.0.1:9";
 const CSRF: &str = "csrf-token-of-the-console-tests";
+/// The console's per-start access token, and the cookie its token URL sets.
+const ACCESS: &str = "access-token-of-the-console-tests-0123456789abcdef";
+const COOKIE: &str = "payhook_console_9=access-token-of-the-console-tests-0123456789abcdef";
 
 fn console(store: &DynamoStore) -> Arc<Console<StoreSource<DynamoStore>>> {
     let config = common::config(30_000);
@@ -40,6 +43,7 @@ fn console(store: &DynamoStore) -> Arc<Console<StoreSource<DynamoStore>>> {
         pending_after_ms: 900_000,
         payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
+        access: ACCESS.into(),
     })
 }
 
@@ -66,6 +70,7 @@ async fn get(c: &Arc<Console<StoreSource<DynamoStore>>>, path: &str) -> Page {
         c,
         Request::get(path)
             .header("host", HOST)
+            .header("cookie", COOKIE)
             .body(Body::empty())
             .unwrap(),
     )
@@ -79,6 +84,7 @@ async fn post(
 ) -> Page {
     let mut req = Request::post("/replay")
         .header("host", HOST)
+        .header("cookie", COOKIE)
         .header("content-type", "application/x-www-form-urlencoded");
     if let Some(o) = origin {
         req = req.header("origin", o);
@@ -335,6 +341,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
         pending_after_ms: 900_000,
         payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
+        access: ACCESS.into(),
     });
     let call_api = |path: &'static str| {
         let c = c.clone();
@@ -343,6 +350,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
                 .oneshot(
                     Request::get(path)
                         .header("host", HOST)
+                        .header("cookie", COOKIE)
                         .body(Body::empty())
                         .unwrap(),
                 )
@@ -372,6 +380,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
         .oneshot(
             Request::post("/replay")
                 .header("host", HOST)
+                .header("cookie", COOKIE)
                 .header("origin", ORIGIN)
                 .body(Body::from(format!(
                     "csrf={CSRF}&step=confirm&outcome=parked"
@@ -463,6 +472,7 @@ async fn a_page_of_another_site_cannot_make_the_console_read() {
             &c,
             Request::get("/deliveries")
                 .header("host", HOST)
+                .header("cookie", COOKIE)
                 .header("sec-fetch-site", site)
                 .body(Body::empty())
                 .unwrap(),
@@ -470,4 +480,76 @@ async fn a_page_of_another_site_cannot_make_the_console_read() {
         .await;
         assert_eq!(res.status, 200, "{site}");
     }
+}
+
+#[tokio::test]
+async fn without_the_access_token_nothing_is_read_or_written() {
+    // GIVEN the console over seeded tables, and another local user who can reach its port and
+    // knows everything but the access token (the CSRF token, the delivery ids)
+    let store = store("console_token").await;
+    let c = console(&store);
+    seed(&app(store.clone(), 30_000)).await;
+    let id = ids(&get(&c, "/deliveries").await.body).remove(0);
+    let before = counts(&store).await;
+    let request = |method: &str, path: &str, cookie: Option<&str>| {
+        let mut r = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", HOST)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(cookie) = cookie {
+            r = r.header("cookie", cookie);
+        }
+        let form = format!("csrf={CSRF}&delivery={id}&step=confirm");
+        r.body(Body::from(if method == "POST" {
+            form
+        } else {
+            String::new()
+        }))
+        .unwrap()
+    };
+    let wrong = "payhook_console_9=guess";
+    let other_console = format!("payhook_console_10={ACCESS}");
+    let detail = format!("/deliveries/{id}");
+
+    // WHEN it asks for pages, a raw body, and confirms a replay: without the cookie, with a
+    // wrong one, with another console's name, with a wrong token in the URL
+    for cookie in [None, Some(wrong), Some(other_console.as_str())] {
+        for (method, path) in [
+            ("GET", "/"),
+            ("GET", detail.as_str()),
+            ("GET", "/assets/console.css"),
+            ("GET", "/deliveries?token=guess"),
+            ("POST", "/replay"),
+        ] {
+            let res = call(&c, request(method, path, cookie)).await;
+
+            // THEN each is refused and says nothing of the log
+            assert_eq!(res.status, 401, "{method} {path} {cookie:?}: {}", res.body);
+            assert!(
+                !res.body.contains("pay_console") && !res.body.contains(CSRF),
+                "{}",
+                res.body
+            );
+        }
+    }
+    assert_eq!(counts(&store).await, before, "a refused request wrote");
+
+    // WHEN the operator opens the printed URL
+    let entry = call(
+        &c,
+        request("GET", &format!("/deliveries?since=1h&token={ACCESS}"), None),
+    )
+    .await;
+
+    // THEN it sets the cookie (HttpOnly, SameSite=Strict) and drops the token from the address
+    assert_eq!(entry.status, 303, "{}", entry.body);
+    assert_eq!(entry.headers["location"], "/deliveries?since=1h");
+    let set = entry.headers["set-cookie"].to_str().unwrap();
+    assert_eq!(set, format!("{COOKIE}; HttpOnly; SameSite=Strict; Path=/"));
+    // AND with that cookie the pages answer
+    let page = call(&c, request("GET", "/deliveries?since=1h", Some(COOKIE))).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("pay_console"));
 }

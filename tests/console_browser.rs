@@ -24,7 +24,10 @@ use payhook::dynamodb::DynamoStore;
 /// `payhook console` on a free loopback port; killed on drop.
 struct ConsoleProcess {
     child: Child,
+    /// `http://127.0.0.1:PORT` (no token).
     url: String,
+    /// The address it printed: the URL with its access token.
+    entry: String,
 }
 
 impl ConsoleProcess {
@@ -39,12 +42,17 @@ impl ConsoleProcess {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let url = line.trim().trim_end_matches('/').to_owned();
+        let entry = line.trim().to_owned();
+        let (url, token) = entry.split_once("/?token=").unwrap_or_default();
         assert!(
-            url.starts_with("http://127.0.0.1:"),
+            url.starts_with("http://127.0.0.1:") && token.len() >= 32,
             "console printed {line:?}"
         );
-        ConsoleProcess { child, url }
+        ConsoleProcess {
+            child,
+            url: url.to_owned(),
+            entry,
+        }
     }
 }
 
@@ -106,7 +114,19 @@ async fn the_console_in_headless_chromium() {
     let b = Browser::start(&chromium, &driver).await;
     let url = |path: &str| format!("{}{path}", console.url);
 
-    // THEN the deliveries page shows the outcomes and their counts
+    // THEN a page without the access token is refused, and the printed address lets in
+    b.goto(&url("/deliveries")).await;
+    assert!(
+        b.source().await.contains("access token"),
+        "{}",
+        b.source().await
+    );
+    b.goto(&console.entry).await;
+    assert!(
+        !b.current_url().await.contains("token="),
+        "the token leaves the address bar"
+    );
+    // AND the deliveries page shows the outcomes and their counts
     b.goto(&url("/")).await;
     assert!(
         b.current_url().await.ends_with("/deliveries"),
@@ -208,4 +228,97 @@ async fn the_console_in_headless_chromium() {
     }
     assert!(refused, "{}", b.source().await);
     assert_eq!(cli_balance(&store), 12_000);
+}
+
+/// The console as another Unix user on the same host would try it: `nobody`, with no AWS
+/// credentials, who can reach the loopback port and list processes.
+#[tokio::test]
+async fn another_local_user_can_neither_find_the_token_nor_use_the_console() {
+    let runuser = std::path::Path::new("/usr/sbin/runuser");
+    let curl = std::path::Path::new("/usr/bin/curl");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !(runuser.exists() && curl.exists() && root) {
+        eprintln!("SKIPPED: needs root, runuser and curl to act as another user");
+        return;
+    }
+    // GIVEN the console binary over seeded tables, run by the operator
+    let store = store("console_other_user").await;
+    seed(&app(store.clone(), 30_000)).await;
+    let console = ConsoleProcess::start(&store);
+    let token = console.entry.rsplit("token=").next().unwrap().to_owned();
+    let pid = console.child.id();
+    let as_nobody = |args: &[&str]| {
+        let out = std::process::Command::new(runuser)
+            .args(["-u", "nobody", "--"])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+
+    // WHEN `nobody` looks for the token where processes show themselves
+    let (_, cmdline) = as_nobody(&["cat", &format!("/proc/{pid}/cmdline")]);
+    let (environ_read, environ) = as_nobody(&["cat", &format!("/proc/{pid}/environ")]);
+
+    // THEN it is in neither (the environment is not even readable)
+    assert!(!cmdline.contains(&token), "argv holds the token");
+    assert!(
+        !environ_read && !environ.contains(&token),
+        "the environment holds the token"
+    );
+
+    // WHEN it asks the console for pages and a raw body, and posts a replay
+    let deliveries = format!("{}/deliveries", console.url);
+    let replay = format!("{}/replay", console.url);
+    let (_, page) = as_nobody(&["curl", "-s", "-w", "%{http_code}", &deliveries]);
+    let (_, guessed) = as_nobody(&[
+        "curl",
+        "-s",
+        "-w",
+        "%{http_code}",
+        "--cookie",
+        "payhook_console_1=guess",
+        &deliveries,
+    ]);
+    let (_, posted) = as_nobody(&[
+        "curl",
+        "-s",
+        "-w",
+        "%{http_code}",
+        "-H",
+        &format!("Origin: {}", console.url),
+        "--data",
+        "csrf=x&step=confirm&outcome=parked",
+        &replay,
+    ]);
+
+    // THEN every answer is 401, with nothing of the log in it
+    for answer in [&page, &guessed, &posted] {
+        assert!(answer.ends_with("401"), "{answer}");
+        assert!(!answer.contains("pay_console"), "{answer}");
+    }
+    // AND the operator, with the printed address, gets in
+    let (ok, mine) = {
+        let out = std::process::Command::new(curl)
+            .args(["-s", "-L", "-b", "", "-w", "%{http_code}", &console.entry])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    assert!(
+        ok && mine.ends_with("200") && mine.contains("pay_console"),
+        "{mine}"
+    );
 }

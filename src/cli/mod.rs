@@ -603,6 +603,12 @@ async fn console(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let origin = format!("http://{}", listener.local_addr()?);
     let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    // 244 random bits (two v4 UUIDs, from the OS's generator): the console's access token.
+    let access = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
     let base = |replay| crate::console::Console {
         source: (),
         replay,
@@ -612,8 +618,11 @@ async fn console(
         pending_after_ms: config.reconcile.pending_after_ms,
         payout_unresolved_after_ms: config.reconcile.payout_unresolved_after_ms,
         operator: format!("console:{user}"),
+        access: access.clone(),
     };
-    println!("{origin}/");
+    // Only here: stdout is the operator's (never argv or the environment, which other local
+    // users can list).
+    println!("{origin}/?token={access}");
     let done = match api {
         Some(url) => {
             let source = crate::console::source::ApiSource::new(&url, region)

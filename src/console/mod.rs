@@ -22,7 +22,18 @@
 //! A replay goes through the pipeline like any delivery (claims make a second confirm a replay,
 //! not a second movement), and a request that writes must carry the console's CSRF token and come
 //! from its own origin (`Origin`, else `Sec-Fetch-Site: same-origin`). Every request must name the
-//! console's own address in `Host`, so a page elsewhere cannot reach it by DNS rebinding.
+//! console's own address in `Host`, so a page elsewhere cannot reach it by DNS rebinding, and a
+//! browser's cross-site or same-site fetch is refused before any read.
+//!
+//! # Who may use it
+//!
+//! Loopback is not a boundary: every user of the host can reach `127.0.0.1`. So the console makes
+//! a random **access token** at each start and prints it in the URL it prints (on stdout, which
+//! only the operator reads; never in argv or the environment, which other users can list). The
+//! first request with `?token=` gets it back as an `HttpOnly`, `SameSite=Strict` cookie and a
+//! redirect to the same page without it (so it leaves the address bar and the history); every
+//! page, asset and write then needs the cookie (or the token), compared in constant time.
+//! Without it: 401 and nothing read.
 
 pub mod chart;
 pub mod html;
@@ -76,6 +87,8 @@ pub struct Console<S> {
     pub payout_unresolved_after_ms: i64,
     /// Who acts, for audit lines (`console:$USER`).
     pub operator: String,
+    /// The per-start access token every request must carry (cookie, or `?token=` once).
+    pub access: String,
 }
 
 impl Console<()> {
@@ -90,6 +103,7 @@ impl Console<()> {
             pending_after_ms: self.pending_after_ms,
             payout_unresolved_after_ms: self.payout_unresolved_after_ms,
             operator: self.operator,
+            access: self.access,
         }
     }
 }
@@ -132,11 +146,22 @@ async fn guard<S: Source>(State(c): State<Shared<S>>, req: Request<Body>, next: 
         tracing::warn!("console request refused: sent by a page of another site");
         (
             StatusCode::FORBIDDEN,
-            "this console answers only its own pages",
+            "cross-site request refused: this console answers only its own pages",
         )
             .into_response()
     } else if host == own {
-        next.run(req).await
+        match access(&c, &req) {
+            Access::Cookie => next.run(req).await,
+            Access::Token => enter(&c, &req),
+            Access::Refused => {
+                tracing::warn!("console request refused: no access token");
+                (
+                    StatusCode::UNAUTHORIZED,
+                    "open the address `payhook console` printed (it carries the access token)",
+                )
+                    .into_response()
+            }
+        }
     } else {
         tracing::warn!(
             host,
@@ -157,6 +182,78 @@ async fn guard<S: Source>(State(c): State<Shared<S>>, req: Request<Body>, next: 
         ("cache-control", "no-store"),
     ] {
         h.insert(name, HeaderValue::from_static(value));
+    }
+    res
+}
+
+/// How a request proves it comes from the operator.
+enum Access {
+    /// The cookie the token URL set.
+    Cookie,
+    /// The token in the query: set the cookie, then show the page without it.
+    Token,
+    Refused,
+}
+
+/// The cookie's name: per console (port), so two consoles on one host keep their own.
+fn cookie_name<S>(c: &Console<S>) -> String {
+    let port = c.origin.rsplit(':').next().unwrap_or_default();
+    format!("payhook_console_{port}")
+}
+
+fn access<S>(c: &Console<S>, req: &Request<Body>) -> Access {
+    let name = cookie_name(c);
+    let matches = |v: &str| crate::providers::signature::ct_eq(v.as_bytes(), c.access.as_bytes());
+    let cookie = req
+        .headers()
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .any(|(k, v)| k == name && matches(v));
+    if cookie {
+        return Access::Cookie;
+    }
+    let token = req
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .any(|pair| {
+            pair.split_once('=')
+                .is_some_and(|(k, v)| k == "token" && matches(v))
+        });
+    if token {
+        Access::Token
+    } else {
+        Access::Refused
+    }
+}
+
+/// The token URL: the cookie, and a redirect to the same page without the token.
+fn enter<S>(c: &Console<S>, req: &Request<Body>) -> Response {
+    let rest: Vec<&str> = req
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|pair| !pair.starts_with("token="))
+        .collect();
+    let path = req.uri().path();
+    let to = if rest.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", rest.join("&"))
+    };
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        cookie_name(c),
+        c.access
+    );
+    let mut res = Redirect::to(&to).into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert("set-cookie", v);
     }
     res
 }

@@ -2,7 +2,8 @@
 //! four payments: credits naming their account or not, account-less `processing` and `failed`
 //! events, later registrations, partial refunds, refund failures, disputes withdrawn and
 //! reinstated (in any order, before or after their payment; a reinstatement waits for its
-//! withdrawal), duplicates, crashes after any
+//! withdrawal; refunds and withdrawals parked before their payment are taken by its credit
+//! before it posts), duplicates, crashes after any
 //! write (finished by the provider's retry taking the claim over, or by a reconciliation pass
 //! first), writer processes restarted with their clock up to ten minutes off, ledger growth, and
 //! balance reads from processes whose clocks are off by up to ten minutes (reading with
@@ -189,6 +190,7 @@ impl Model {
                 if !self.paid[p] && self.assigned[p] {
                     self.paid[p] = true;
                     self.exists[p] = true;
+                    self.take_parked(p);
                     self.post(p, amount_of(p));
                 }
             }
@@ -200,6 +202,8 @@ impl Model {
                     self.applied.insert((p, r));
                     self.post(p, -refund_amount(p, r));
                 } else {
+                    // Written down on the payment (made PENDING if absent) for its credit.
+                    self.exists[p] = true;
                     self.parked.insert((p, r));
                 }
             }
@@ -213,12 +217,30 @@ impl Model {
             Ev::Dispute { p, reinstated } => {
                 let waits = reinstated && !self.disputed.contains(&(p, false));
                 if !self.paid[p] || waits {
+                    // A withdrawal is written down on its payment (made PENDING if absent);
+                    // a reinstatement only answered 409.
+                    self.exists[p] |= !reinstated;
                     self.parked_disputes.insert((p, reinstated));
                 } else if self.disputed.insert((p, reinstated)) {
                     let amount = dispute_amount(p);
                     self.post(p, if reinstated { amount } else { -amount });
                 }
             }
+        }
+    }
+
+    /// The credit that pays `p` first applies the debits parked on it (refunds the provider
+    /// has not reported failed, and a withdrawal), so nothing it takes back is ever spendable.
+    fn take_parked(&mut self, p: usize) {
+        let refunds: Vec<_> = self.parked.iter().copied().filter(|&(q, _)| q == p).collect();
+        for (q, r) in refunds {
+            self.parked.remove(&(q, r));
+            if !self.reversed.contains(&(q, r)) && self.applied.insert((q, r)) {
+                self.post(q, -refund_amount(q, r));
+            }
+        }
+        if self.parked_disputes.remove(&(p, false)) && self.disputed.insert((p, false)) {
+            self.post(p, -dispute_amount(p));
         }
     }
 

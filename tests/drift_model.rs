@@ -232,7 +232,12 @@ impl Model {
     /// The credit that pays `p` first applies the debits parked on it (refunds the provider
     /// has not reported failed, and a withdrawal), so nothing it takes back is ever spendable.
     fn take_parked(&mut self, p: usize) {
-        let refunds: Vec<_> = self.parked.iter().copied().filter(|&(q, _)| q == p).collect();
+        let refunds: Vec<_> = self
+            .parked
+            .iter()
+            .copied()
+            .filter(|&(q, _)| q == p)
+            .collect();
         for (q, r) in refunds {
             self.parked.remove(&(q, r));
             if !self.reversed.contains(&(q, r)) && self.applied.insert((q, r)) {

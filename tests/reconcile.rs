@@ -15,7 +15,7 @@ use common::*;
 use payhook::cli::client::sign_headers;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, Money, PaymentStatus, ProviderId, Reference};
-use payhook::dynamodb::DynamoStore;
+use payhook::dynamodb::{DynamoStore, StoreClock};
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
 use payhook::http::App;
 use payhook::ledger::Ledger;
@@ -386,6 +386,42 @@ async fn a_parked_refund_is_applied_once_its_payment_is_paid_and_never_again() {
             .count(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_refund_parked_on_an_open_payment_does_not_keep_it_from_being_asked() {
+    // GIVEN a payment registered ten minutes ago and still PENDING
+    let store = store("rc_park_age").await;
+    let earlier = DynamoStore::with_clock(
+        aws_sdk_dynamodb::Client::from_conf(sdk_builder().build()),
+        store.tables().clone(),
+        payhook::dynamodb::StoreSettings::default(),
+        StoreClock::with_local_skew_ms(-10 * 60_000),
+    );
+    expect(&earlier, ProviderId::GENERIC, "pay_age", "w_age", 1_000).await;
+
+    // WHEN a refund of it arrives now, and is redelivered (parked both times)
+    let app = app_of(&store);
+    let refund = event_body(
+        "e_rf_age",
+        "refund.succeeded",
+        json!({"reference": "rf_age", "payment_reference": "pay_age", "amount": 300, "currency": "NGN"}),
+    );
+    for _ in 0..2 {
+        assert_eq!(send(&app, signed(&refund)).await.status, 409);
+    }
+
+    // THEN a pass that asks about payments open for five minutes still asks about it: the
+    // parked debit did not make the payment look new
+    let (base, calls) = fake_provider(Arc::new(|_, _| (404, String::new(), 0))).await;
+    let (providers, _) = config().providers();
+    let old_enough = ReconcileSettings {
+        pending_after_ms: 5 * 60_000,
+        ..settings()
+    };
+    pass(&store, &providers, &api(&base, 1_000), old_enough).await;
+    assert_eq!(calls.lock().unwrap().get("pay_age").copied(), Some(1));
+    assert_eq!(balance(&store, "w_age").await, (0, 0));
 }
 
 #[tokio::test]

@@ -753,13 +753,16 @@ impl Payments for DynamoStore {
         ];
         let (update, not_paid) = status_in(self.payment_update(provider, reference, now), &waiting);
         // Absent: a PENDING payment without account or money, as a state event would make it.
+        // Its `updated_at_ms` is the payment's, not the debit's: a refund redelivered hourly must
+        // not keep the payment too young for reconciliation to ask about.
         let update = update
             .update_expression(
                 "SET provider = if_not_exists(provider, :prov), \
                  #reference = if_not_exists(#reference, :ref), #status = if_not_exists(#status, :pending), \
                  refunded_minor = if_not_exists(refunded_minor, :zero), \
                  refundable_minor = if_not_exists(refundable_minor, :zero), \
-                 created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
+                 created_at_ms = if_not_exists(created_at_ms, :now), \
+                 updated_at_ms = if_not_exists(updated_at_ms, :now), \
                  history = if_not_exists(history, :empty) ADD parked_debits :debit",
             )
             .condition_expression(format!("attribute_not_exists(pk) OR {not_paid}"))

@@ -75,21 +75,29 @@ impl ParkedDebit {
     }
 }
 
-/// The parked debits a credit of `p` must take first: all but those the provider voided, in a
-/// stable order. One already applied is taken again (its write finds it done and its ledger
-/// entry is posted if a crash left it unposted), since a key in `refund_keys` says the payment
-/// write happened, not that its debit was posted.
+/// The parked debits a credit of `p` must take first: all but those the provider voided
+/// (reported failed before they applied), in a stable order. One already applied is taken
+/// again (its write finds it done and its ledger entry is posted if a crash left it
+/// unposted), since a key in `refund_keys` says the payment write happened, not that its
+/// debit was posted; and so is one applied and then reversed, whose reversal credited back
+/// what this debit must still post.
 pub fn to_take(p: &PaymentRecord) -> Vec<&ParkedDebit> {
     p.parked_debits
         .iter()
-        .filter(|d| !p.reversed_refund_keys.contains(&d.key))
+        .filter(|d| !voided(p, &d.key))
         .collect()
+}
+
+fn voided(p: &PaymentRecord, key: &IdempotencyKey) -> bool {
+    p.reversed_refund_keys.contains(key) && !p.refund_keys.contains(key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::ProviderId;
+    use crate::payments::tests::{key, record, R};
+    use crate::payments::PaymentStatus;
 
     #[test]
     fn a_tag_reads_back_as_the_debit_it_was() {
@@ -107,5 +115,27 @@ mod tests {
             Some((Operation::Refund, reference))
         );
         assert_eq!(ParkedDebit::parse("XX:1:k"), None);
+    }
+
+    /// Voided (failed before it applied): never taken. Applied, then reversed: still taken, so
+    /// a credit retried after a crash posts the debit its reversal credited back.
+    #[test]
+    fn only_a_debit_voided_before_it_applied_is_left_out() -> R {
+        let mut p = record(PaymentStatus::Pending)?;
+        let (voided, reversed) = (
+            key(Operation::Refund, "rf_v")?,
+            key(Operation::Refund, "rf_r")?,
+        );
+        for k in [&voided, &reversed] {
+            p.parked_debits.push(ParkedDebit {
+                key: k.clone(),
+                money: Money::new(100, Currency::parse("NGN")?)?,
+            });
+            p.reversed_refund_keys.push(k.clone());
+        }
+        p.refund_keys.push(reversed.clone());
+        let keys: Vec<_> = to_take(&p).into_iter().map(|d| &d.key).collect();
+        assert_eq!(keys, vec![&reversed]);
+        Ok(())
     }
 }

@@ -520,7 +520,9 @@ impl<S: Store> Pipeline<S> {
         let amount = p.money.amount.get();
         // Money the provider already took back from this payment leaves first: nothing of
         // the credit is spendable before the debits it carries (`parked`).
-        self.take_parked(&payment).await?;
+        if self.take_parked(&payment).await? == parked::Taken::Contended {
+            return Ok(Settled::NothingMoved(contended(key)));
+        }
         let signed = Signed::of(amount, p.money.currency);
         let posted = self
             .post(&payment, key, signed, &p.reference, resumed)

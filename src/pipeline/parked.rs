@@ -40,25 +40,23 @@ impl<S: Store> Pipeline<S> {
     }
 
     /// Applies and posts every debit parked on `payment`: called by the credit before it posts,
-    /// on every attempt (a done step finds itself done under the debit's key).
-    pub(super) async fn take_parked(&self, payment: &PaymentRecord) -> Result<(), PipelineError> {
+    /// on every attempt (a done step finds itself done under the debit's key). `Contended` when
+    /// one could not be decided yet: the credit must not post (answer 409, the provider
+    /// retries), or the money that debit takes back would be spendable meanwhile.
+    pub(super) async fn take_parked(
+        &self,
+        payment: &PaymentRecord,
+    ) -> Result<Taken, PipelineError> {
         for debit in to_take(payment) {
-            let Some((op, reference)) = debit.movement() else {
-                continue;
-            };
-            let applied = match op {
-                Operation::Refund => self.apply_parked_refund(payment, debit, reference).await?,
-                Operation::DisputeWithdrawal => {
-                    self.apply_parked_withdrawal(payment, debit, reference)
-                        .await?
+            let (record, resumed) = match self.apply_parked(payment, debit).await? {
+                ParkedApply::Applied(record, resumed) => (record, resumed),
+                ParkedApply::Undecided => return Ok(Taken::Contended),
+                ParkedApply::Final => {
+                    // Refused, voided or in conflict: its own redelivery is answered as before.
+                    tracing::warn!(key = %debit.key, payment = %payment.reference,
+                        "a debit parked before its payment does not apply to it; left to its redelivery");
+                    continue;
                 }
-                _ => None,
-            };
-            let Some((record, resumed)) = applied else {
-                // Refused, voided or in conflict: its own redelivery is answered as before.
-                tracing::warn!(key = %debit.key, payment = %payment.reference,
-                    "a debit parked before its payment does not apply to it; left to its redelivery");
-                continue;
             };
             let amount = debit.money.amount.get();
             let moved =
@@ -71,55 +69,105 @@ impl<S: Store> Pipeline<S> {
             tracing::info!(key = %debit.key, payment = %payment.reference, debit_minor = moved,
                 "a debit parked before its payment applied ahead of its credit");
         }
-        Ok(())
+        Ok(Taken::All)
     }
 
-    async fn apply_parked_refund(
+    /// The same judged write the debit's own delivery makes, under its own key.
+    async fn apply_parked(
         &self,
         payment: &PaymentRecord,
         debit: &ParkedDebit,
-        refund_reference: Reference,
-    ) -> Result<Option<(PaymentRecord, bool)>, PipelineError> {
-        let facts = RefundFacts {
-            refund_reference,
-            payment_reference: payment.reference.clone(),
-            money: debit.money,
+    ) -> Result<ParkedApply, PipelineError> {
+        let Some((op, reference)) = debit.movement() else {
+            return Ok(ParkedApply::Final);
         };
-        Ok(
-            match self
-                .store
-                .refund(payment.provider, &facts, &debit.key)
-                .await?
-            {
-                RefundOutcome::Applied(p) => Some((p, false)),
-                RefundOutcome::AlreadyApplied(p) => Some((p, true)),
-                _ => None,
-            },
-        )
+        let (provider, payment_reference) = (payment.provider, payment.reference.clone());
+        let money = debit.money;
+        Ok(match op {
+            Operation::Refund => {
+                let facts = RefundFacts {
+                    refund_reference: reference,
+                    payment_reference,
+                    money,
+                };
+                ParkedApply::of_refund(self.store.refund(provider, &facts, &debit.key).await?)
+            }
+            Operation::DisputeWithdrawal => {
+                let facts = DisputeFacts {
+                    dispute: reference,
+                    payment_reference,
+                    money,
+                };
+                let movement = DisputeMovement::Withdrawal;
+                let outcome = self.store.dispute(provider, &facts, movement, &debit.key);
+                ParkedApply::of_withdrawal(outcome.await?)
+            }
+            _ => ParkedApply::Final,
+        })
+    }
+}
+
+/// Whether a credit may post: every parked debit of its payment is applied (or final).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Taken {
+    All,
+    /// One could not be decided yet (concurrent writers): retry the credit.
+    Contended,
+}
+
+/// What the judged write of one parked debit found.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives for one match after the write; boxing would allocate for nothing"
+)]
+enum ParkedApply {
+    /// Applied now, or found applied by an earlier attempt (`true`).
+    Applied(PaymentRecord, bool),
+    /// Not decided yet: a retry decides it.
+    Undecided,
+    /// It never applies to this payment (refused, voided, another currency).
+    Final,
+}
+
+impl ParkedApply {
+    fn of_refund(outcome: RefundOutcome) -> ParkedApply {
+        match outcome {
+            RefundOutcome::Applied(p) => ParkedApply::Applied(p, false),
+            RefundOutcome::AlreadyApplied(p) => ParkedApply::Applied(p, true),
+            RefundOutcome::Contended | RefundOutcome::NotYetPaid(_) => ParkedApply::Undecided,
+            RefundOutcome::Refused { .. }
+            | RefundOutcome::Voided(_)
+            | RefundOutcome::Mismatch(..) => ParkedApply::Final,
+        }
     }
 
-    async fn apply_parked_withdrawal(
-        &self,
-        payment: &PaymentRecord,
-        debit: &ParkedDebit,
-        dispute: Reference,
-    ) -> Result<Option<(PaymentRecord, bool)>, PipelineError> {
-        let facts = DisputeFacts {
-            dispute,
-            payment_reference: payment.reference.clone(),
-            money: debit.money,
-        };
-        let movement = DisputeMovement::Withdrawal;
-        Ok(
-            match self
-                .store
-                .dispute(payment.provider, &facts, movement, &debit.key)
-                .await?
-            {
-                DisputeOutcome::Applied(p) => Some((p, false)),
-                DisputeOutcome::AlreadyApplied(p) => Some((p, true)),
-                _ => None,
-            },
-        )
+    fn of_withdrawal(outcome: DisputeOutcome) -> ParkedApply {
+        match outcome {
+            DisputeOutcome::Applied(p) => ParkedApply::Applied(p, false),
+            DisputeOutcome::AlreadyApplied(p) => ParkedApply::Applied(p, true),
+            DisputeOutcome::Contended
+            | DisputeOutcome::NotYetPaid(_)
+            | DisputeOutcome::AwaitingWithdrawal(_) => ParkedApply::Undecided,
+            DisputeOutcome::Mismatch(..) => ParkedApply::Final,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parked debit that lost its race is not skipped: the credit waits for it (M2 of the
+    /// #30 red team: a skipped one let the credit post, and a payout spend what it takes back).
+    #[test]
+    fn a_debit_not_decided_yet_holds_the_credit_back() {
+        for undecided in [
+            ParkedApply::of_refund(RefundOutcome::Contended),
+            ParkedApply::of_refund(RefundOutcome::NotYetPaid(None)),
+            ParkedApply::of_withdrawal(DisputeOutcome::Contended),
+            ParkedApply::of_withdrawal(DisputeOutcome::NotYetPaid(None)),
+        ] {
+            assert!(matches!(undecided, ParkedApply::Undecided));
+        }
     }
 }

@@ -487,3 +487,89 @@ async fn a_genuine_batch_never_forces_a_read_of_the_secrets() {
     // THEN that one forces a read (and only one)
     assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// #30 (M1 of its red team): a REFUND or CHARGEBACK that arrives before its AUTHORISATION names
+/// the payment only by its pspReference, not yet bound to the merchantReference the payment is
+/// keyed by. It waits on the transaction, and the AUTHORISATION that binds it takes it before
+/// its credit: nothing of the credit is spendable before the money Adyen already took back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debit_before_its_authorisation_is_taken_by_the_credit_not_its_redelivery() {
+    // GIVEN a registered payment of 10,000 whose refund (2,000) and chargeback (3,000) arrive
+    // before its AUTHORISATION: both answered "retry" (500), nothing moved
+    let store = store("adyen_debit_first").await;
+    let app = app(store.clone());
+    expect(&store, "order-f", "wallet_f", 10_000).await;
+    let refund = item(KEY, "REFUND", "PSP_FR", "order-f", Some("PSP_F"), 2_000);
+    let chargeback = item(KEY, "CHARGEBACK", "PSP_FC", "order-f", Some("PSP_F"), 3_000);
+    for early in [&refund, &chargeback] {
+        let r = send(&app, batch(&[early.clone()])).await;
+        assert_eq!(r.status, 500, "{}", r.body);
+    }
+    assert_eq!(eur(&store, "wallet_f").await, (0, 0));
+    let stub = store
+        .payment(ProviderId::ADYEN, &Reference::parse("PSP_F").unwrap())
+        .await
+        .unwrap();
+    assert!(stub.is_none(), "no payment keyed by the pspReference: {stub:?}");
+
+    // WHEN the AUTHORISATION arrives (and no redelivery of the debits yet)
+    let pay = item(KEY, "AUTHORISATION", "PSP_F", "order-f", None, 10_000);
+    let r = send(&app, batch(&[pay.clone()])).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
+
+    // THEN the debits left before the credit: 10,000 - 2,000 - 3,000, three entries
+    assert_eq!(eur(&store, "wallet_f").await, (5_000, 3));
+
+    // WHEN Adyen redelivers both debits and the AUTHORISATION
+    let again = send(&app, batch(&[refund, chargeback, pay])).await;
+
+    // THEN each is found done: nothing moves again
+    assert_eq!((again.status, again.body.as_str()), (200, "[accepted]"));
+    assert_eq!(eur(&store, "wallet_f").await, (5_000, 3));
+    let p = store
+        .payment(ProviderId::ADYEN, &Reference::parse("order-f").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.refunded_minor, p.disputed_minor), (2_000, 3_000));
+}
+
+/// A refund and its AUTHORISATION delivered at the same instant, many times over: whichever
+/// write lands first, once both have answered the credit has taken the refund (it parked where
+/// the credit reads, or it applied), so the balance is the payment less the refund every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_racing_its_authorisation_is_never_left_behind_the_credit() {
+    let store = store("adyen_debit_race").await;
+    let app = app(store.clone());
+    let rounds = 12_i64;
+    for i in 0..rounds {
+        // GIVEN a registered payment of 5,000
+        let (order, psp) = (format!("order-r{i}"), format!("PSP_RACE{i}"));
+        expect(&store, &order, "wallet_r", 5_000).await;
+        let refund = item(KEY, "REFUND", &format!("PSP_RR{i}"), &order, Some(&psp), 2_000);
+        let pay = item(KEY, "AUTHORISATION", &psp, &order, None, 5_000);
+        // WHEN its refund and its AUTHORISATION arrive at once
+        let (r, p) = tokio::join!(
+            send(&app, batch(&[refund.clone()])),
+            send(&app, batch(&[pay.clone()]))
+        );
+        assert!(matches!(r.status, 200 | 500), "{}", r.body);
+        let mut credited = p;
+        while credited.status != 200 {
+            // Only a contended write asks for a retry; the provider would redeliver.
+            assert_eq!(credited.status, 500, "{}", credited.body);
+            credited = send(&app, batch(&[pay.clone()])).await;
+        }
+        // THEN the credit holds the refund already: no redelivery of the refund was needed
+        assert_eq!(
+            eur(&store, "wallet_r").await.0,
+            3_000 * (i + 1),
+            "round {i}: refund answered {}",
+            r.status
+        );
+        // AND its redelivery moves nothing more
+        let again = send(&app, batch(&[refund])).await;
+        assert_eq!((again.status, again.body.as_str()), (200, "[accepted]"));
+        assert_eq!(eur(&store, "wallet_r").await.0, 3_000 * (i + 1));
+    }
+}

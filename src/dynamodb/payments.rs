@@ -20,7 +20,7 @@ use crate::domain::{
     AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
     RefundFacts, StateFacts,
 };
-use crate::payments::parked::{ParkOutcome, ParkedDebit};
+use crate::payments::parked::{Binding, ParkOutcome, ParkedDebit, TransactionPark};
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
@@ -819,9 +819,13 @@ impl Payments for DynamoStore {
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item
-            .map(|i| Reader::new(&i, table).parsed("reference", Reference::parse))
-            .transpose()
+        // An item without `reference` only holds debits parked on the unbound transaction.
+        let Some(item) = out.item.filter(|i| i.contains_key("reference")) else {
+            return Ok(None);
+        };
+        Reader::new(&item, table)
+            .parsed("reference", Reference::parse)
+            .map(Some)
     }
 
     async fn bind_reference(
@@ -829,44 +833,75 @@ impl Payments for DynamoStore {
         provider: ProviderId,
         transaction_id: &str,
         reference: &Reference,
-    ) -> Result<Reference, StoreError> {
+    ) -> Result<Binding, StoreError> {
+        let table = &self.tables.payments;
+        let pk = s(format!("{provider}:txn:{transaction_id}"));
+        // An item without `reference` holds debits parked on the unbound transaction: binding
+        // it returns them (ALL_NEW), and a later binder reads them back from the bound item.
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", pk.clone())
+            .update_expression("SET #reference = :ref, created_at_ms = if_not_exists(created_at_ms, :now)")
+            .condition_expression("attribute_not_exists(#reference)")
+            .expression_attribute_names("#reference", "reference")
+            .expression_attribute_values(":ref", s(reference.as_str()))
+            .expression_attribute_values(":now", n(self.clock.now_ms()))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let item = match result {
+            Ok(out) => out.attributes,
+            Err(e) => match condition_failed(e, "UpdateItem", table)? {
+                Some(old) => Some(old),
+                None => self.binding_item(&pk).await?,
+            },
+        };
+        // Bindings are never deleted, so the item our write made or failed on is still there.
+        let item = item.ok_or_else(|| StoreError::Corrupt {
+            table: table.clone(),
+            key: format!("{provider}:txn:{transaction_id}"),
+            reason: "binding vanished".into(),
+        })?;
+        to_binding(&item, table)
+    }
+
+    async fn park_on_transaction(
+        &self,
+        provider: ProviderId,
+        transaction_id: &str,
+        debit: &ParkedDebit,
+    ) -> Result<TransactionPark, StoreError> {
         let table = &self.tables.payments;
         let pk = s(format!("{provider}:txn:{transaction_id}"));
         let result = self
             .client
-            .put_item()
+            .update_item()
             .table_name(table)
-            .item("pk", pk.clone())
-            .item("reference", s(reference.as_str()))
-            .item("created_at_ms", n(self.clock.now_ms()))
-            .condition_expression("attribute_not_exists(pk)")
+            .key("pk", pk.clone())
+            .update_expression("SET created_at_ms = if_not_exists(created_at_ms, :now) ADD parked_debits :debit")
+            .condition_expression("attribute_not_exists(#reference)")
+            .expression_attribute_names("#reference", "reference")
+            .expression_attribute_values(":now", n(self.clock.now_ms()))
+            .expression_attribute_values(":debit", AttributeValue::Ss(vec![debit.tag()]))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         let old = match result {
-            Ok(_) => return Ok(reference.clone()),
-            Err(e) => match condition_failed(e, "PutItem", table)? {
+            Ok(_) => return Ok(TransactionPark::Parked),
+            Err(e) => match condition_failed(e, "UpdateItem", table)? {
                 Some(old) => Some(old),
-                None => {
-                    self.client
-                        .get_item()
-                        .table_name(table)
-                        .key("pk", pk)
-                        .consistent_read(true)
-                        .send()
-                        .await
-                        .map_err(|e| unavailable("GetItem", table, e))?
-                        .item
-                }
+                None => self.binding_item(&pk).await?,
             },
         };
-        // Bindings are never deleted, so the item that failed our condition is still there.
         let old = old.ok_or_else(|| StoreError::Corrupt {
             table: table.clone(),
             key: format!("{provider}:txn:{transaction_id}"),
             reason: "binding vanished".into(),
         })?;
-        Reader::new(&old, table).parsed("reference", Reference::parse)
+        Ok(TransactionPark::Bound(to_binding(&old, table)?.reference))
     }
 
     async fn stop_asking(
@@ -919,5 +954,36 @@ impl Payments for DynamoStore {
             to_record,
         )
         .await
+    }
+}
+
+/// A transaction's binding item: its payment reference and the debits that waited on it.
+fn to_binding(item: &Item, table: &str) -> Result<Binding, StoreError> {
+    let r = Reader::new(item, table);
+    Ok(Binding {
+        reference: r.parsed("reference", Reference::parse)?,
+        parked: r
+            .str_set("parked_debits")
+            .iter()
+            .filter_map(|t| ParkedDebit::parse(t))
+            .collect(),
+    })
+}
+
+impl DynamoStore {
+    /// A binding item by a consistent read (a failed condition whose old item the server did
+    /// not return).
+    async fn binding_item(&self, pk: &AttributeValue) -> Result<Option<Item>, StoreError> {
+        let table = &self.tables.payments;
+        Ok(self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", pk.clone())
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?
+            .item)
     }
 }

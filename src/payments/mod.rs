@@ -555,13 +555,22 @@ pub trait Payments: Sync {
         transaction_id: &str,
     ) -> impl Future<Output = Result<Option<Reference>, StoreError>> + Send;
     /// Binds a provider transaction id to the payment reference first chosen for it, and returns
-    /// that reference: one conditional put, so the first choice stands forever.
+    /// that reference with the debits parked on the transaction before it was bound: one
+    /// conditional write, so the first choice stands forever.
     fn bind_reference(
         &self,
         provider: ProviderId,
         transaction_id: &str,
         reference: &Reference,
-    ) -> impl Future<Output = Result<Reference, StoreError>> + Send;
+    ) -> impl Future<Output = Result<parked::Binding, StoreError>> + Send;
+    /// Writes `debit` down on a provider transaction that is not bound yet, in one conditional
+    /// write; says [`parked::TransactionPark::Bound`] with its reference when it is bound.
+    fn park_on_transaction(
+        &self,
+        provider: ProviderId,
+        transaction_id: &str,
+        debit: &parked::ParkedDebit,
+    ) -> impl Future<Output = Result<parked::TransactionPark, StoreError>> + Send;
     /// Takes an open payment (still `status`) out of reconciliation's open index, with `note` in
     /// its history: the provider had no final word past the give-up horizon. Its status does not
     /// change, so a webhook can still pay it. False if it was no longer open as judged.

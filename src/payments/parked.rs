@@ -17,6 +17,14 @@
 //! | PENDING / PROCESSING / FAILED | adds the debit (`parked_debits`, a string set: a redelivery adds nothing) | the same |
 //! | paid | the park's condition fails: the debit is judged again and applies | — |
 //!
+//! A debit that names its payment only by a provider transaction not yet bound to a payment
+//! reference (an Adyen REFUND or CHARGEBACK before its AUTHORISATION: `originalReference`, while
+//! the payment is keyed by `merchantReference`) cannot know which payment item its credit will
+//! read. It waits on the transaction's binding item instead (`{provider}:txn:{id}`, conditioned
+//! on the transaction being unbound), and the payment event that binds the transaction (one
+//! conditional write that returns the item) moves it onto the payment before that payment's
+//! write. A park that finds the transaction bound meanwhile is judged again on its payment.
+//!
 //! A parked debit is kept after it applied (its key is then in `refund_keys` or
 //! `dispute_keys`), so every retry of the credit finds the same list, and posts what a crash
 //! left unposted (each step idempotent under the debit's own key).
@@ -25,6 +33,24 @@ use serde::Serialize;
 
 use super::PaymentRecord;
 use crate::domain::{Currency, IdempotencyKey, Money, Operation, Reference};
+
+/// A provider transaction's binding to its payment reference, and the debits that waited on
+/// the transaction before it was bound (moved onto the payment by the binding event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub reference: Reference,
+    pub parked: Vec<ParkedDebit>,
+}
+
+/// What parking a debit on a provider transaction found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransactionPark {
+    /// Written down on the unbound transaction: the payment event that binds it moves it
+    /// onto the payment, whose credit takes it first.
+    Parked,
+    /// Bound meanwhile to this payment reference: judge the debit again there.
+    Bound(Reference),
+}
 
 /// One debit waiting for its payment: its movement's key and money.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

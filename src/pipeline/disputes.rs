@@ -8,7 +8,8 @@
 //! dispute, recorded on its payment so it is listed there.
 
 use super::{
-    applied, conflict, contended, parked, retry_later, Applied, Pipeline, PipelineError, Settled,
+    applied, conflict, contended, parked, retry_later, Applied, Parking, Pipeline, PipelineError,
+    Settled,
     Signed, Store, PARKED_RETRY_MS,
 };
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
@@ -33,14 +34,15 @@ impl<S: Store> Pipeline<S> {
         {
             // Written down on the payment, whose credit takes it first (`pipeline::parked`).
             let (reference, money) = (&facts.payment_reference, facts.money);
-            match self.park(ev.provider, reference, key, money).await? {
-                Some(settled) => return Ok(settled),
-                None => {
+            match self.park(ev, reference, key, money).await? {
+                Parking::Parked(settled) => return Ok(settled),
+                Parking::PaidMeanwhile => {
                     outcome = self
                         .store
                         .dispute(ev.provider, facts, movement, key)
                         .await?
                 }
+                Parking::Bound(ev) => return Box::pin(self.apply(&ev, key)).await,
             }
         }
         let (payment, resumed) = match outcome {

@@ -5,6 +5,8 @@
 mod cancels;
 mod disputes;
 mod parked;
+
+use parked::Parking;
 mod payouts;
 mod transfers;
 
@@ -337,23 +339,24 @@ impl<S: Store> Pipeline<S> {
         if let (Some(txn), Some(reference)) = (ev.transaction_id.as_deref(), ev.reference()) {
             // Only an event about the payment itself binds its transaction: a refund or dispute
             // that arrives first must not bind the transaction to itself (its payment would then
-            // be keyed by it); it looks the binding up, and stays parked until the payment binds.
-            let bound = if matches!(
+            // be keyed by it); it looks the binding up, and while there is none it parks on the
+            // transaction (`parked`), which the binding event moves onto its payment.
+            if matches!(
                 ev.kind,
                 EventKind::PaymentSucceeded(_) | EventKind::PaymentState { .. }
             ) {
-                self.store
+                let binding = self
+                    .store
                     .bind_reference(ev.provider, txn, reference)
-                    .await?
-            } else {
-                self.store
-                    .bound_reference(ev.provider, txn)
-                    .await?
-                    .unwrap_or_else(|| reference.clone())
-            };
-            if &bound != reference {
-                tracing::info!(transaction = txn, reference = %bound, "transaction bound to its first reference");
-                out = Some(ev.clone().with_payment_reference(bound));
+                    .await?;
+                self.move_parked(ev.provider, &binding).await?;
+                if &binding.reference != reference {
+                    tracing::info!(transaction = txn, reference = %binding.reference, "transaction bound to its first reference");
+                    out = Some(ev.clone().with_payment_reference(binding.reference));
+                }
+            } else if let Some(bound) = self.store.bound_reference(ev.provider, txn).await? {
+                // Resolved: it no longer names the transaction, which `park` reads as unbound.
+                out = Some(parked::resolved(ev, bound));
             }
         }
         let current = out.as_ref().unwrap_or(ev);
@@ -595,12 +598,10 @@ impl<S: Store> Pipeline<S> {
         if matches!(outcome, RefundOutcome::NotYetPaid(_)) && uncredited == Uncredited::Park {
             // Not paid yet: written down on the payment, whose credit takes it first; not
             // claimed for good, so the provider's redelivery finds it applied.
-            match self
-                .park(ev.provider, &r.payment_reference, key, r.money)
-                .await?
-            {
-                Some(settled) => return Ok(settled),
-                None => outcome = self.store.refund(ev.provider, r, key).await?,
+            match self.park(ev, &r.payment_reference, key, r.money).await? {
+                Parking::Parked(settled) => return Ok(settled),
+                Parking::PaidMeanwhile => outcome = self.store.refund(ev.provider, r, key).await?,
+                Parking::Bound(ev) => return Box::pin(self.apply(&ev, key)).await,
             }
         }
         let (payment, resumed) = match outcome {

@@ -12,31 +12,65 @@ use crate::domain::{
     DisputeFacts, DisputeMovement, IdempotencyKey, Money, Operation, ProviderId, Reference,
     RefundFacts,
 };
-use crate::payments::parked::{to_take, ParkOutcome, ParkedDebit};
+use crate::domain::NormalisedEvent;
+use crate::payments::parked::{to_take, Binding, ParkOutcome, ParkedDebit, TransactionPark};
 use crate::payments::{DisputeOutcome, PaymentRecord, RefundOutcome};
 
 impl<S: Store> Pipeline<S> {
-    /// Writes a debit down on its not-yet-paid payment: `None` when parked (answer 409), or
-    /// `Some(())` when the payment was paid meanwhile and the debit must be judged again.
+    /// Writes a debit down on its not-yet-paid payment, or on its provider transaction while
+    /// that is not bound to a payment reference (`ev` still names it).
     pub(super) async fn park(
         &self,
-        provider: ProviderId,
+        ev: &NormalisedEvent,
         payment_reference: &Reference,
         key: &IdempotencyKey,
         money: Money,
-    ) -> Result<Option<Settled>, PipelineError> {
+    ) -> Result<Parking, PipelineError> {
         let debit = ParkedDebit {
             key: key.clone(),
             money,
         };
+        let provider = ev.provider;
+        if let Some(txn) = ev.transaction_id.as_deref() {
+            return Ok(
+                match self.store.park_on_transaction(provider, txn, &debit).await? {
+                    TransactionPark::Parked => Parking::Parked(Settled::NothingMoved(parked(key))),
+                    TransactionPark::Bound(reference) => Parking::Bound(resolved(ev, reference)),
+                },
+            );
+        }
         match self
             .store
             .park_debit(provider, payment_reference, &debit)
             .await?
         {
-            ParkOutcome::Parked => Ok(Some(Settled::NothingMoved(parked(key)))),
-            ParkOutcome::PaidMeanwhile => Ok(None),
+            ParkOutcome::Parked => Ok(Parking::Parked(Settled::NothingMoved(parked(key)))),
+            ParkOutcome::PaidMeanwhile => Ok(Parking::PaidMeanwhile),
         }
+    }
+
+    /// Moves the debits parked on a transaction before it was bound onto its payment, before
+    /// the binding event writes the payment: its credit then takes them first. Every payment
+    /// event of the transaction moves them again (one write each, a string-set add: nothing
+    /// new), so a crash between the binding and the move is finished by the next attempt.
+    pub(super) async fn move_parked(
+        &self,
+        provider: ProviderId,
+        binding: &Binding,
+    ) -> Result<(), PipelineError> {
+        for debit in &binding.parked {
+            let moved = self
+                .store
+                .park_debit(provider, &binding.reference, debit)
+                .await?;
+            if moved == ParkOutcome::PaidMeanwhile {
+                // Paid already: an earlier attempt moved it and its credit took it, or its own
+                // redelivery (re-addressed by the binding) applies it.
+                tracing::info!(key = %debit.key, payment = %binding.reference,
+                    "a debit parked on a transaction found its payment paid");
+            }
+        }
+        Ok(())
     }
 
     /// Applies and posts every debit parked on `payment`: called by the credit before it posts,
@@ -105,6 +139,24 @@ impl<S: Store> Pipeline<S> {
             _ => ParkedApply::Final,
         })
     }
+}
+
+/// What parking a debit found.
+pub(super) enum Parking {
+    /// Written down (answer 409): the payment's credit, or the binding event, takes it.
+    Parked(Settled),
+    /// The payment was paid meanwhile: judge the debit again (it applies now).
+    PaidMeanwhile,
+    /// Its transaction was bound meanwhile: the event re-addressed to that payment, to apply.
+    Bound(NormalisedEvent),
+}
+
+/// `ev` re-addressed to the payment its transaction is bound to, no longer naming the
+/// transaction (resolved: it parks on the payment, not the transaction).
+pub(super) fn resolved(ev: &NormalisedEvent, reference: Reference) -> NormalisedEvent {
+    let mut out = ev.clone().with_payment_reference(reference);
+    out.transaction_id = None;
+    out
 }
 
 /// Whether a credit may post: every parked debit of its payment is applied (or final).

@@ -502,7 +502,7 @@ async fn a_debit_before_its_authorisation_is_taken_by_the_credit_not_its_redeliv
     let refund = item(KEY, "REFUND", "PSP_FR", "order-f", Some("PSP_F"), 2_000);
     let chargeback = item(KEY, "CHARGEBACK", "PSP_FC", "order-f", Some("PSP_F"), 3_000);
     for early in [&refund, &chargeback] {
-        let r = send(&app, batch(&[early.clone()])).await;
+        let r = send(&app, batch(std::slice::from_ref(early))).await;
         assert_eq!(r.status, 500, "{}", r.body);
     }
     assert_eq!(eur(&store, "wallet_f").await, (0, 0));
@@ -510,11 +510,14 @@ async fn a_debit_before_its_authorisation_is_taken_by_the_credit_not_its_redeliv
         .payment(ProviderId::ADYEN, &Reference::parse("PSP_F").unwrap())
         .await
         .unwrap();
-    assert!(stub.is_none(), "no payment keyed by the pspReference: {stub:?}");
+    assert!(
+        stub.is_none(),
+        "no payment keyed by the pspReference: {stub:?}"
+    );
 
     // WHEN the AUTHORISATION arrives (and no redelivery of the debits yet)
     let pay = item(KEY, "AUTHORISATION", "PSP_F", "order-f", None, 10_000);
-    let r = send(&app, batch(&[pay.clone()])).await;
+    let r = send(&app, batch(std::slice::from_ref(&pay))).await;
     assert_eq!((r.status, r.body.as_str()), (200, "[accepted]"));
 
     // THEN the debits left before the credit: 10,000 - 2,000 - 3,000, three entries
@@ -546,19 +549,26 @@ async fn a_refund_racing_its_authorisation_is_never_left_behind_the_credit() {
         // GIVEN a registered payment of 5,000
         let (order, psp) = (format!("order-r{i}"), format!("PSP_RACE{i}"));
         expect(&store, &order, "wallet_r", 5_000).await;
-        let refund = item(KEY, "REFUND", &format!("PSP_RR{i}"), &order, Some(&psp), 2_000);
+        let refund = item(
+            KEY,
+            "REFUND",
+            &format!("PSP_RR{i}"),
+            &order,
+            Some(&psp),
+            2_000,
+        );
         let pay = item(KEY, "AUTHORISATION", &psp, &order, None, 5_000);
         // WHEN its refund and its AUTHORISATION arrive at once
         let (r, p) = tokio::join!(
-            send(&app, batch(&[refund.clone()])),
-            send(&app, batch(&[pay.clone()]))
+            send(&app, batch(std::slice::from_ref(&refund))),
+            send(&app, batch(std::slice::from_ref(&pay)))
         );
         assert!(matches!(r.status, 200 | 500), "{}", r.body);
         let mut credited = p;
         while credited.status != 200 {
             // Only a contended write asks for a retry; the provider would redeliver.
             assert_eq!(credited.status, 500, "{}", credited.body);
-            credited = send(&app, batch(&[pay.clone()])).await;
+            credited = send(&app, batch(std::slice::from_ref(&pay))).await;
         }
         // THEN the credit holds the refund already: no redelivery of the refund was needed
         assert_eq!(

@@ -541,6 +541,51 @@ async fn a_refund_and_a_dispute_of_other_amounts_are_two_outflows() {
     assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 3));
 }
 
+/// M3 of the #30 red team: a manual refund of exactly the amount a dispute then takes pairs
+/// with that dispute's withdrawal (neither payload names the other); when the dispute's own
+/// refund arrives it was refused 422 for good (the payment looked fully refunded). It repeats
+/// the paired withdrawal's money, so it debits, once; a further refund is still refused.
+#[tokio::test]
+async fn the_disputes_own_refund_after_a_manual_refund_of_its_amount_debits_once() {
+    // GIVEN a paid charge of 300,000, a manual refund of all of it, and a dispute of 300,000
+    // accepted after it (paired with the manual refund: debits nothing)
+    let (store, app) = paystack_paid("dp_pair_wrong", "T_wrong").await;
+    let manual = paystack_refund(11, "T_wrong", 300_000);
+    assert_eq!(
+        deliver(&app, ProviderId::PAYSTACK, &manual).await.status,
+        200
+    );
+    let resolve = paystack_resolve(12, "T_wrong", 300_000, "merchant-accepted");
+    let taken = deliver(&app, ProviderId::PAYSTACK, &resolve).await;
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (0, 2));
+
+    // WHEN the dispute's own refund of 300,000 arrives, twice
+    let its_refund = paystack_refund(13, "T_wrong", 300_000);
+    let first = deliver(&app, ProviderId::PAYSTACK, &its_refund).await;
+    let again = deliver(&app, ProviderId::PAYSTACK, &its_refund).await;
+
+    // THEN Paystack's word is followed: it debits 300,000 once (both refunds left)
+    assert_eq!(
+        (first.status, first.json()["status"].clone()),
+        (200, json!("applied")),
+        "{}",
+        first.body
+    );
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (-300_000, 3));
+
+    // AND a third refund of that amount repeats nothing: refused as before
+    let third = deliver(
+        &app,
+        ProviderId::PAYSTACK,
+        &paystack_refund(14, "T_wrong", 300_000),
+    )
+    .await;
+    assert_eq!(third.status, 422, "{}", third.body);
+    assert_eq!(balance(&store, "w_paystack", "NGN").await, (-300_000, 3));
+}
+
 #[tokio::test]
 async fn a_declined_paystack_dispute_is_listed_on_its_payment_and_moves_nothing() {
     // GIVEN a paid charge

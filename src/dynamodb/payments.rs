@@ -414,6 +414,13 @@ impl DynamoStore {
         let paired = aim.pair.is_some_and(|g| g.paired);
         let (take, remainder, statuses) = if paired {
             ("", String::new(), "(:paid, :partial, :refunded)")
+        } else if aim.repeats_withdrawal {
+            // Conditioned on the totals the judge read (`totals`), not on the remainder.
+            (
+                "refundable_minor = :zero, ",
+                String::new(),
+                "(:paid, :partial, :refunded)",
+            )
         } else if aim.target == PaymentStatus::Refunded {
             (
                 "refundable_minor = refundable_minor - :amt, ",
@@ -454,9 +461,12 @@ impl DynamoStore {
                 ":h",
                 history_entry(aim.target, key.as_str(), now, h_amount, h_debit),
             );
-        if paired {
+        if paired || aim.repeats_withdrawal {
             update = update
                 .expression_attribute_values(":refunded", s(PaymentStatus::Refunded.as_str()));
+        }
+        if aim.repeats_withdrawal {
+            update = update.expression_attribute_values(":zero", n(0));
         }
         if let Some(g) = aim.pair {
             update = update
@@ -843,7 +853,9 @@ impl Payments for DynamoStore {
             .update_item()
             .table_name(table)
             .key("pk", pk.clone())
-            .update_expression("SET #reference = :ref, created_at_ms = if_not_exists(created_at_ms, :now)")
+            .update_expression(
+                "SET #reference = :ref, created_at_ms = if_not_exists(created_at_ms, :now)",
+            )
             .condition_expression("attribute_not_exists(#reference)")
             .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":ref", s(reference.as_str()))
@@ -881,7 +893,9 @@ impl Payments for DynamoStore {
             .update_item()
             .table_name(table)
             .key("pk", pk.clone())
-            .update_expression("SET created_at_ms = if_not_exists(created_at_ms, :now) ADD parked_debits :debit")
+            .update_expression(
+                "SET created_at_ms = if_not_exists(created_at_ms, :now) ADD parked_debits :debit",
+            )
             .condition_expression("attribute_not_exists(#reference)")
             .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":now", n(self.clock.now_ms()))

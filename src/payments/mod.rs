@@ -294,6 +294,10 @@ pub struct RefundWrite {
     /// this refund is the second report of a withdrawal's money (then it debits nothing and the
     /// remainder stays).
     pub pair: Option<PairGuard>,
+    /// The dispute's own refund after its withdrawal paired with an earlier refund of the same
+    /// amount ([`pairs::repeats_a_paired_withdrawal`]): it debits in full and takes whatever
+    /// remains, conditioned on the totals only (the remainder is short by what it repeats).
+    pub repeats_withdrawal: bool,
 }
 
 impl RefundWrite {
@@ -302,11 +306,16 @@ impl RefundWrite {
         RefundWrite {
             target: PaymentStatus::Refunded,
             pair: pairs_refund(key).then_some(PairGuard::FIRST),
+            repeats_withdrawal: false,
         }
     }
 
     fn plain(target: PaymentStatus, pair: Option<PairGuard>) -> Self {
-        RefundWrite { target, pair }
+        RefundWrite {
+            target,
+            pair,
+            repeats_withdrawal: false,
+        }
     }
 }
 
@@ -380,6 +389,16 @@ fn refund_aim(e: PaymentRecord, facts: &RefundFacts, key: &IdempotencyKey) -> Re
                 PaymentStatus::Refunded
             };
             return RefundJudgement::Aim(RefundWrite::plain(target, pair));
+        }
+    }
+    if let (Some(g), Some(r)) = (pair, remainder) {
+        let excess = amount.checked_sub(r).unwrap_or(0);
+        if pairs::repeats_a_paired_withdrawal(&e.history, amount, excess) {
+            return RefundJudgement::Aim(RefundWrite {
+                target: PaymentStatus::Refunded,
+                pair: Some(g),
+                repeats_withdrawal: true,
+            });
         }
     }
     match remainder {

@@ -14,7 +14,10 @@
 //! the provider is about to take). The one case the rule gets wrong for a while is a manual
 //! refund of exactly an open dispute's amount: it pairs, and the dispute's own refund, when it
 //! arrives, finds nothing to pair with and debits, so the ledger converges to the provider's
-//! word once both refunds are in.
+//! word once both refunds are in. It debits even past the payment's remainder (the manual
+//! refund may have taken all of it): a refund that repeats a paired withdrawal's amount may
+//! exceed the remainder by that withdrawal's amount, once per such withdrawal, conditioned on
+//! the totals ([`repeats_a_paired_withdrawal`]); any other refund past the remainder is refused.
 //!
 //! # How the decision is kept
 //!
@@ -139,6 +142,30 @@ pub fn overlap_minor(history: &[HistoryEntry]) -> i64 {
         .fold(0_i64, i64::saturating_add)
 }
 
+/// Whether a refund of `amount_minor` that pairs with nothing, and would take `excess_minor`
+/// more than the payment's remainder, is the dispute's own refund of a withdrawal that paired
+/// with an earlier refund of the same amount (a manual refund of exactly the dispute's amount).
+/// Then the earlier pairing was wrong: both refunds left, and this one debits in full. Bounded:
+/// the excess may not pass what such withdrawals account for (`amount × their count`), so a
+/// refund of other money is still refused.
+pub fn repeats_a_paired_withdrawal(
+    history: &[HistoryEntry],
+    amount_minor: i64,
+    excess_minor: i64,
+) -> bool {
+    let paired = history
+        .iter()
+        .filter(|h| h.debit_minor == Some(0) && h.amount_minor == Some(amount_minor))
+        .filter(|h| {
+            Side::of(&IdempotencyKey::from_stored(h.note.clone())) == Some(Side::Withdrawal)
+        })
+        .count();
+    let covered = i64::try_from(paired)
+        .ok()
+        .and_then(|n| n.checked_mul(amount_minor));
+    excess_minor > 0 && covered.is_some_and(|c| excess_minor <= c)
+}
+
 /// What the movement under `key` debited, as its own write recorded it; `None` when the write
 /// recorded no decision (every provider but a pairing one, and entries written before pairing),
 /// which means its full amount.
@@ -185,6 +212,24 @@ mod tests {
         assert_eq!(overlap_minor(&history), 180_000);
         let key = IdempotencyKey::from_stored(history[1].note.clone());
         assert_eq!(debit_of(&history, &key), Some(0));
+    }
+
+    /// M3 of the #30 red team: a manual refund of 100, a chargeback of 100 that paired with
+    /// it, then the dispute's own refund of 100: it repeats the paired withdrawal and debits;
+    /// a third refund of 100, or one of another amount, does not.
+    #[test]
+    fn the_disputes_own_refund_after_a_wrong_pairing_debits_once() {
+        let history = vec![
+            entry(Operation::Refund, "manual", 100, 100),
+            entry(Operation::DisputeWithdrawal, "d1", 100, 0),
+        ];
+        assert!(repeats_a_paired_withdrawal(&history, 100, 100));
+        assert!(!repeats_a_paired_withdrawal(&history, 100, 200));
+        assert!(!repeats_a_paired_withdrawal(&history, 60, 60));
+        // A refund that paired (debit 0) is not a paired withdrawal.
+        let refunds_only = vec![entry(Operation::Refund, "r", 100, 0)];
+        assert!(!repeats_a_paired_withdrawal(&refunds_only, 100, 100));
+        assert!(!repeats_a_paired_withdrawal(&history, 100, 0));
     }
 
     #[test]

@@ -9,8 +9,7 @@
 
 use super::{
     applied, conflict, contended, parked, retry_later, Applied, Parking, Pipeline, PipelineError,
-    Settled,
-    Signed, Store, PARKED_RETRY_MS,
+    Settled, Signed, Store, PARKED_RETRY_MS,
 };
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
 use crate::eventlog::Outcome;

@@ -8,11 +8,11 @@
 //! key, so its redelivery (or reconciliation's parked step) finds it done and posts nothing more.
 
 use super::{parked, Pipeline, PipelineError, Settled, Signed, Store};
+use crate::domain::NormalisedEvent;
 use crate::domain::{
     DisputeFacts, DisputeMovement, IdempotencyKey, Money, Operation, ProviderId, Reference,
     RefundFacts,
 };
-use crate::domain::NormalisedEvent;
 use crate::payments::parked::{to_take, Binding, ParkOutcome, ParkedDebit, TransactionPark};
 use crate::payments::{DisputeOutcome, PaymentRecord, RefundOutcome};
 
@@ -33,7 +33,11 @@ impl<S: Store> Pipeline<S> {
         let provider = ev.provider;
         if let Some(txn) = ev.transaction_id.as_deref() {
             return Ok(
-                match self.store.park_on_transaction(provider, txn, &debit).await? {
+                match self
+                    .store
+                    .park_on_transaction(provider, txn, &debit)
+                    .await?
+                {
                     TransactionPark::Parked => Parking::Parked(Settled::NothingMoved(parked(key))),
                     TransactionPark::Bound(reference) => Parking::Bound(resolved(ev, reference)),
                 },

@@ -586,6 +586,50 @@ async fn the_disputes_own_refund_after_a_manual_refund_of_its_amount_debits_once
     assert_eq!(balance(&store, "w_paystack", "NGN").await, (-300_000, 3));
 }
 
+/// A refund of the money a won dispute gave back, on a payment whose other refund had taken
+/// all that remained: the reinstatement made it refundable again, so the refund applies (it
+/// was answered 409 `in_flight` on every redelivery: the write wanted a status the payment,
+/// still REFUNDED, could not have).
+#[tokio::test]
+async fn a_refund_of_reinstated_money_applies_on_a_payment_refunded_before_the_reinstatement() {
+    // GIVEN a paid Stripe payment of 100, a dispute withdrawal of 40, a refund of the other 60
+    let store = store("dp_reinstated_refund").await;
+    let app = app_of(&store);
+    for body in [
+        stripe_intent("pi_rr", 100),
+        withdrawn("dp_rr", "pi_rr", 40),
+        stripe_refund("pi_rr", "re_rr1", 60),
+        reinstated("dp_rr", "pi_rr", 40),
+    ] {
+        let r = deliver(&app, ProviderId::STRIPE, &body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (40, 4));
+
+    // WHEN the reinstated 40 is refunded, twice
+    let refund = stripe_refund("pi_rr", "re_rr2", 40);
+    let first = deliver(&app, ProviderId::STRIPE, &refund).await;
+    let again = deliver(&app, ProviderId::STRIPE, &refund).await;
+
+    // THEN it applies once: nothing left on the account, the payment fully refunded
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        (again.status, again.replayed),
+        (200, true),
+        "{}",
+        again.body
+    );
+    assert_eq!(balance(&store, "w_stripe", "USD").await, (0, 5));
+    // AND a refund of one more cent is refused, final
+    let over = deliver(
+        &app,
+        ProviderId::STRIPE,
+        &stripe_refund("pi_rr", "re_rr3", 1),
+    )
+    .await;
+    assert_eq!(over.status, 422, "{}", over.body);
+}
+
 #[tokio::test]
 async fn a_declined_paystack_dispute_is_listed_on_its_payment_and_moves_nothing() {
     // GIVEN a paid charge

@@ -412,26 +412,23 @@ impl DynamoStore {
         let now = self.clock.now_ms();
         let amount = facts.money.amount.get();
         let paired = aim.pair.is_some_and(|g| g.paired);
-        let (take, remainder, statuses) = if paired {
-            ("", String::new(), "(:paid, :partial, :refunded)")
+        // Any paid status: the remainder decides, not the status. A REFUNDED payment can hold a
+        // remainder again (a won dispute's reinstatement gives its money back to it).
+        let statuses = "(:paid, :partial, :refunded)";
+        let (take, remainder) = if paired {
+            ("", String::new())
         } else if aim.repeats_withdrawal {
             // Conditioned on the totals the judge read (`totals`), not on the remainder.
-            (
-                "refundable_minor = :zero, ",
-                String::new(),
-                "(:paid, :partial, :refunded)",
-            )
+            ("refundable_minor = :zero, ", String::new())
         } else if aim.target == PaymentStatus::Refunded {
             (
                 "refundable_minor = refundable_minor - :amt, ",
                 " AND refundable_minor = :amt".to_owned(),
-                "(:paid, :partial)",
             )
         } else {
             (
                 "refundable_minor = refundable_minor - :amt, ",
                 " AND refundable_minor > :amt".to_owned(),
-                "(:paid, :partial)",
             )
         };
         let totals = aim.pair.map_or(String::new(), |g| totals_condition(&g));
@@ -457,14 +454,11 @@ impl DynamoStore {
             .expression_attribute_values(":keys", AttributeValue::Ss(vec![key.to_string()]))
             .expression_attribute_values(":paid", s(PaymentStatus::Paid.as_str()))
             .expression_attribute_values(":partial", s(PaymentStatus::PartiallyRefunded.as_str()))
+            .expression_attribute_values(":refunded", s(PaymentStatus::Refunded.as_str()))
             .expression_attribute_values(
                 ":h",
                 history_entry(aim.target, key.as_str(), now, h_amount, h_debit),
             );
-        if paired || aim.repeats_withdrawal {
-            update = update
-                .expression_attribute_values(":refunded", s(PaymentStatus::Refunded.as_str()));
-        }
         if aim.repeats_withdrawal {
             update = update.expression_attribute_values(":zero", n(0));
         }

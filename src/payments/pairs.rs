@@ -28,6 +28,13 @@
 //!
 //! Which entry pairs with which is replayed from the history in write order ([`open_on`]), so
 //! no other attribute is kept.
+//!
+//! Not handled, because it cannot arrive: a reversal of a paired refund. A reversal credits the
+//! refund's full amount back and restores its remainder, which for a refund that debited
+//! nothing would be money that never left. Paystack (the one pairing provider) reports a failed
+//! refund only as `refund.failed` for one it never processed, and payhook ignores that event
+//! (`providers::paystack`): a refund that paired was reported processed. A provider that pairs
+//! and reverses must make the reversal read [`debit_of`] first.
 
 use super::HistoryEntry;
 use crate::domain::{IdempotencyKey, Operation, ProviderId};

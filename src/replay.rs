@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::domain::{now_ms, ClaimedFacts, EventKind, NormalisedEvent};
-use crate::eventlog::{Delivery, LogFilter};
-use crate::idempotency::ClaimState;
+use crate::domain::{now_ms, ClaimedFacts, NormalisedEvent};
+use crate::eventlog::Outcome;
+use crate::eventlog::{Delivery, EventLog, LogFilter};
+use crate::pipeline::dry_run::DryRun;
 use crate::pipeline::{Answer, Delivered, Pipeline, PipelineError, Store};
 use crate::providers::{PayloadError, Providers};
 use crate::store::StoreError;
@@ -89,79 +90,115 @@ pub async fn redrive<S: Store>(
     Ok(pipeline.process(delivered).await?)
 }
 
-/// What a replay would do, read without writing anything.
-pub async fn predict<S: Store>(
-    store: &S,
+/// What re-driving one delivery would do now: the pipeline's own answer over a store that
+/// never writes ([`crate::pipeline::dry_run`]), so the same judges decide it as the replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Prediction {
+    /// The outcome the replay would log (`applied`, `parked`, `replayed`, …).
+    pub outcome: Outcome,
+    pub http_status: u16,
+    pub key: Option<String>,
+    /// The answer the replay would give.
+    pub answer: String,
+    /// The ledger entries it would post: the balance effect.
+    pub moves: Vec<Move>,
+}
+
+/// One ledger entry a replay would post.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Move {
+    pub account: String,
+    pub currency: String,
+    /// Positive credits, negative debits.
+    pub amount_minor: i64,
+}
+
+impl std::fmt::Display for Prediction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.outcome)?;
+        if let Some(key) = &self.key {
+            write!(f, " {key}")?;
+        }
+        write!(f, " ({})", self.http_status)?;
+        for m in &self.moves {
+            write!(f, "; {} {:+} {}", m.account, m.amount_minor, m.currency)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a replay of `d` would do now, read without writing anything.
+pub async fn predict<S: Store + Clone>(
+    pipeline: &Pipeline<S>,
     providers: &Providers,
     d: &Delivery,
-) -> Result<String, ReplayError> {
-    let event = event_of(providers, &store.with_body(d).await?)?;
-    if let Some(key) = event.key() {
-        return Ok(match store.get_claim(&key).await? {
-            Some(c) if matches!(c.state, ClaimState::Done(_)) => {
-                "replay stored response (no change)".into()
-            }
-            Some(_) => "in flight (no change now)".into(),
-            // No claim (never claimed, released, or expired): the payment says whether the
-            // movement already happened under this key.
-            None if already_moved(store, &event, &key).await? => {
-                format!("already applied {key} (no change)")
-            }
-            None => format!("apply {key}"),
-        });
-    }
-    Ok(match &event.kind {
-        EventKind::PaymentState { facts, to } => {
-            let now = store
-                .payment(event.provider, &facts.reference)
-                .await?
-                .map(|p| p.status);
-            match now {
-                Some(s) if !to.sources_of().contains(&s) => format!("stale ({s} stays)"),
-                Some(s) => format!("move {s} -> {to}"),
-                None => format!("create as {to}"),
-            }
-        }
-        _ => "ignore".into(),
+) -> Result<Prediction, ReplayError> {
+    predict_in(&pipeline.dry_run(), providers, d).await
+}
+
+/// One delivery's prediction in a dry run that may already hold earlier ones' effects.
+async fn predict_in<S: Store + Clone>(
+    dry: &Pipeline<DryRun<S>>,
+    providers: &Providers,
+    d: &Delivery,
+) -> Result<Prediction, ReplayError> {
+    let d = dry.store().with_body(d).await?;
+    let event = event_of(providers, &d)?;
+    let delivered = Delivered {
+        event: &event,
+        raw_body: d.raw_body.as_deref().unwrap_or_default(),
+        received_at_ms: now_ms(),
+        lease_ms: 0,
+        replay_of: Some(d.id.clone()),
+        started_by: Some("dry run".to_owned()),
+    };
+    let answer = dry.process(delivered).await?;
+    let moves = dry
+        .store()
+        .take_postings()
+        .into_iter()
+        .map(|p| Move {
+            account: p.account.to_string(),
+            currency: p.currency.to_string(),
+            amount_minor: p.amount_minor,
+        })
+        .collect();
+    Ok(Prediction {
+        outcome: answer.outcome,
+        http_status: answer.status,
+        key: event.key().map(|k| k.to_string()),
+        answer: answer.body,
+        moves,
     })
 }
 
-/// True when the payment records that `key` already moved its money (claim expired since).
-async fn already_moved<S: Store>(
-    store: &S,
-    event: &NormalisedEvent,
-    key: &crate::domain::IdempotencyKey,
-) -> Result<bool, ReplayError> {
-    let Some(reference) = event.reference() else {
-        return Ok(false);
-    };
-    let Some(p) = store.payment(event.provider, reference).await? else {
-        return Ok(false);
-    };
-    Ok(match &event.kind {
-        EventKind::PaymentSucceeded(_) => p.paid_key.as_ref() == Some(key),
-        EventKind::RefundSucceeded(_) | EventKind::CancelOrRefund(_) => p.refund_keys.contains(key),
-        EventKind::RefundReversed(r) => {
-            let refund = crate::domain::IdempotencyKey::new(
-                event.provider,
-                crate::domain::Operation::Refund,
-                &r.refund_reference,
-            );
-            p.reversed_refund_keys.contains(&refund)
-        }
-        EventKind::Dispute { .. } => p.dispute_keys.contains(key),
-        _ => false,
-    })
-}
-
-/// How a replay run went.
+/// How a replay run went. A dry run's `results` use the outcomes the run would log, so the
+/// two can be compared line by line.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub selected: usize,
     pub dry_run: bool,
-    /// Outcome (or prediction) -> count.
+    /// Deliveries left out because an earlier one in the run has the same key: a key is
+    /// driven once per run.
+    pub same_key: usize,
+    /// Outcome -> count.
     pub results: BTreeMap<String, usize>,
+    /// `{account} {currency}` -> the signed minor units the run moves (would move).
+    pub moves: BTreeMap<String, i64>,
     pub errors: Vec<String>,
+}
+
+impl Summary {
+    fn count(&mut self, outcome: Outcome, moves: &[Move]) {
+        *self.results.entry(outcome.to_string()).or_default() += 1;
+        for m in moves {
+            let total = self
+                .moves
+                .entry(format!("{} {}", m.account, m.currency))
+                .or_default();
+            *total = total.saturating_add(m.amount_minor);
+        }
+    }
 }
 
 /// Options of a replay run.
@@ -178,7 +215,7 @@ pub struct ReplayOptions {
 
 /// Selects the deliveries first (so the replay's own log entries are not picked up), then
 /// re-drives them with bounded concurrency, calling `progress(done, total)` as it goes.
-pub async fn replay<S: Store>(
+pub async fn replay<S: Store + Clone>(
     pipeline: &Pipeline<S>,
     providers: &Providers,
     filter: &LogFilter,
@@ -204,43 +241,45 @@ pub async fn replay<S: Store>(
     selected.truncate(opts.max);
     // Oldest first: the order they arrived in.
     selected.reverse();
+    // One delivery per key: a second one would only meet the first one's claim.
+    let mut keys = std::collections::HashSet::new();
+    let before = selected.len();
+    selected.retain(|d| d.key.as_ref().is_none_or(|k| keys.insert(k.clone())));
     let total = selected.len();
     let mut summary = Summary {
         selected: total,
         dry_run: opts.dry_run,
+        same_key: before - total,
         ..Summary::default()
     };
+    if opts.dry_run {
+        // One dry run for the whole selection, in order: each prediction sees the ones before.
+        let dry = pipeline.dry_run();
+        for (done, d) in selected.iter().enumerate() {
+            match predict_in(&dry, providers, d).await {
+                Ok(p) => summary.count(p.outcome, &p.moves),
+                Err(e) => summary.errors.push(format!("{}: {e}", d.id)),
+            }
+            progress(done + 1, total);
+        }
+        return Ok(summary);
+    }
     let mut results = futures::stream::iter(selected)
-        .map(|d| replay_one(pipeline, providers, opts, d))
+        .map(|d| async move {
+            let r = redrive(pipeline, providers, &d, &opts.started_by, opts.lease_ms).await;
+            (d.id.clone(), r)
+        })
         .buffer_unordered(opts.concurrency.max(1));
     let mut done = 0;
     while let Some((id, r)) = results.next().await {
         done += 1;
         match r {
-            Ok(label) => *summary.results.entry(label).or_default() += 1,
+            Ok(a) => summary.count(a.outcome, &[]),
             Err(e) => summary.errors.push(format!("{id}: {e}")),
         }
         progress(done, total);
     }
     Ok(summary)
-}
-
-/// One delivery of a run: its prediction, or what re-driving it did. It owns its delivery (no
-/// borrow of the selection per item), so the run's future is `Send` for a server to await it.
-async fn replay_one<'a, S: Store>(
-    pipeline: &'a Pipeline<S>,
-    providers: &'a Providers,
-    opts: &'a ReplayOptions,
-    d: Delivery,
-) -> (crate::eventlog::DeliveryId, Result<String, ReplayError>) {
-    let r = if opts.dry_run {
-        predict(pipeline.store(), providers, &d).await
-    } else {
-        redrive(pipeline, providers, &d, &opts.started_by, opts.lease_ms)
-            .await
-            .map(|a| a.outcome.to_string())
-    };
-    (d.id.clone(), r)
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ async fn replay_dry_run_writes_nothing_and_a_confirm_applies_a_parked_refund_onc
     assert_eq!(dry.status, 200, "{}", dry.body);
     assert!(
         dry.body
-            .contains(&format!("apply generic:refund:{}", seeded.refund)),
+            .contains(&format!("applied generic:refund:{}", seeded.refund)),
         "{}",
         dry.body
     );

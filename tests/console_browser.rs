@@ -197,7 +197,7 @@ async fn the_console_in_headless_chromium() {
     b.click("#replay-one").await;
     let prediction = b.text("#prediction").await;
     assert!(
-        prediction.contains(&format!("apply generic:refund:{}", seeded.refund)),
+        prediction.contains(&format!("applied generic:refund:{}", seeded.refund)),
         "{prediction}"
     );
     assert_eq!(cli_balance(&store), 17_000, "the dry run moved nothing");

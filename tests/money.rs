@@ -258,7 +258,7 @@ async fn growing_the_ledger_layout_never_moves_an_entry_a_retry_takeover_or_repl
     .unwrap();
 
     // THEN nothing moves again, and both say so (the replay's first delivery finds every step
-    // done; the others replay its stored answer)
+    // done; the others have its key, and a run drives a key once)
     assert_eq!(
         (again.status, again.json()["status"].clone()),
         (200, json!("applied")),
@@ -271,10 +271,11 @@ async fn growing_the_ledger_layout_never_moves_an_entry_a_retry_takeover_or_repl
         "{summary:?}"
     );
     assert_eq!(
-        summary.results.get("replayed"),
-        Some(&(summary.selected - 1)),
+        (summary.selected, summary.results.get("replayed")),
+        (1, None),
         "{summary:?}"
     );
+    assert!(summary.same_key > 0, "{summary:?}");
     assert_eq!(balance(&base, "w_lay").await, (700, 1));
     assert_eq!(again_logged, Some(Outcome::AlreadyApplied));
 
@@ -538,7 +539,9 @@ async fn a_payment_naming_no_account_is_acknowledged_unassigned_and_applies_late
     // other stays unassigned until it has an account
     assert_eq!(balance(&store, "w_mapped").await, (4_999, 1));
     assert_eq!(first.results.get("applied"), Some(&1), "{first:?}");
-    assert_eq!(first.results.get("unassigned"), Some(&2), "{first:?}");
+    assert_eq!(first.results.get("unassigned"), Some(&1), "{first:?}");
+    // Each payment's second delivery has its first one's key: driven once per run.
+    assert_eq!(first.same_key, 2, "{first:?}");
     assert_eq!(second.results.get("applied"), None, "{second:?}");
 
     // AND with a default account configured, the Paystack one applies there on its next replay
@@ -817,8 +820,10 @@ async fn an_attempt_that_finds_every_step_done_says_already_applied() {
         .await
         .unwrap();
     let (providers, _) = config(30_000).providers();
-    let predicted = payhook::replay::predict(&base, &providers, &d.deliveries[0])
+    let pipeline = payhook::pipeline::Pipeline::new(base.clone());
+    let predicted = payhook::replay::predict(&pipeline, &providers, &d.deliveries[0])
         .await
         .unwrap();
-    assert!(predicted.starts_with("already applied"), "{predicted}");
+    assert_eq!(predicted.outcome, Outcome::AlreadyApplied, "{predicted}");
+    assert!(predicted.moves.is_empty(), "{predicted}");
 }

@@ -95,20 +95,21 @@ async fn replaying_everything_twice_changes_nothing_and_is_logged() {
 
     // THEN balances and entries are unchanged, and each replay attempt is itself logged
     assert_eq!(balance(&store, "w_rep").await, (2_500, 3));
+    // (the duplicate of e1 has its key: a run drives a key once)
     assert_eq!(
-        (first.selected, second.selected),
-        (6, 6),
+        (first.selected, first.same_key, second.selected),
+        (5, 1, 5),
         "replays of replays are not re-selected"
     );
     assert!(
         first.errors.is_empty() && second.errors.is_empty(),
         "{first:?} {second:?}"
     );
-    assert_eq!(first.results.get("replayed"), Some(&4), "{first:?}");
+    assert_eq!(first.results.get("replayed"), Some(&3), "{first:?}");
     let log = all_deliveries(&store).await;
-    assert_eq!(log.len(), 18);
+    assert_eq!(log.len(), 16);
     let replays: Vec<&Delivery> = log.iter().filter(|d| d.replay_of.is_some()).collect();
-    assert_eq!(replays.len(), 12);
+    assert_eq!(replays.len(), 10);
     assert!(replays
         .iter()
         .all(|d| d.started_by.as_deref() == Some("test")));
@@ -240,16 +241,9 @@ async fn a_dry_run_says_what_would_happen_and_writes_nothing() {
     let s = run(&store, &LogFilter::default(), &opts(true)).await;
     assert_eq!(counts(&store).await, before, "a dry run wrote something");
     assert!(s.dry_run);
-    assert_eq!(
-        s.results.get("apply generic:refund:rf_d"),
-        Some(&1),
-        "{s:?}"
-    );
-    assert_eq!(
-        s.results.get("replay stored response (no change)"),
-        Some(&1),
-        "{s:?}"
-    );
+    assert_eq!(s.results.get("applied"), Some(&1), "{s:?}");
+    assert_eq!(s.moves.get("w_d NGN"), Some(&-300), "{s:?}");
+    assert_eq!(s.results.get("replayed"), Some(&1), "{s:?}");
     assert_eq!(balance(&store, "w_d").await, (1_000, 1));
 }
 
@@ -431,7 +425,7 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
     .await
     .unwrap();
     // THEN the dry run predicts, the real one applies once, and the replay names its invocation
-    assert_eq!(dry["results"]["apply generic:refund:rf_i"], 1, "{dry}");
+    assert_eq!(dry["results"]["applied"], 1, "{dry}");
     assert_eq!(real["results"]["applied"], 1, "{real}");
     assert_eq!(balance(&store, "w_i").await, (900, 2));
     let replays: Vec<Delivery> = all_deliveries(&store)
@@ -449,4 +443,101 @@ async fn the_replay_lambda_invocation_replays_by_filter() {
     )
     .await
     .is_err());
+}
+
+/// #33: a dry run runs the pipeline's own judges over a store that never writes, in the run's
+/// order, so its outcomes and balance effect are what the confirmed run then does, outcome for
+/// outcome (the old prediction said "apply" whenever no claim existed).
+#[tokio::test]
+async fn a_dry_run_and_the_confirmed_run_agree_on_every_outcome() {
+    use payhook::domain::{ClaimedFacts, EventKind, Money, RefundFacts};
+    use payhook::idempotency::Claims;
+    // GIVEN deliveries whose replays meet each outcome
+    let store = store("dry_agree").await;
+    let app = app(store.clone(), 30_000);
+    let pay = |e: &str, r: &str, amount: i64| payment_body(e, r, "w_e", amount, "NGN");
+    let refund = |e: &str, rf: &str, r: &str, amount: i64| {
+        let data =
+            json!({"reference": rf, "payment_reference": r, "amount": amount, "currency": "NGN"});
+        event_body(e, "refund.succeeded", data)
+    };
+    // replayed: an applied payment (its claim is DONE)
+    assert_eq!(
+        send(&app, signed(&pay("e_a", "r_a", 1_000))).await.status,
+        200
+    );
+    // the same payment again with other money (a conflict; its key is r_a's)
+    assert_eq!(
+        send(&app, signed(&pay("e_a2", "r_a", 999))).await.status,
+        422
+    );
+    // parked: a refund whose payment never arrives
+    assert_eq!(
+        send(&app, signed(&refund("e_p", "rf_p", "r_none", 300)))
+            .await
+            .status,
+        409
+    );
+    // applied, then refused: two refunds of 300 parked before a payment of 500, written down
+    // by the release before this one (its credit did not take them)
+    for (e, rf) in [("e_c1", "rf_c1"), ("e_c2", "rf_c2")] {
+        assert_eq!(
+            send(&app, signed(&refund(e, rf, "r_c", 300))).await.status,
+            409
+        );
+    }
+    as_parked_by_previous_release(&store, "generic", "r_c").await;
+    assert_eq!(
+        send(&app, signed(&pay("e_c", "r_c", 500))).await.status,
+        200
+    );
+    // unassigned: a payment naming no account
+    let no_account = json!({"reference": "r_u", "amount": 700, "currency": "NGN"});
+    let unassigned = event_body("e_u", "payment.succeeded", no_account);
+    assert_eq!(send(&app, signed(&unassigned)).await.status, 200);
+    // ignored: a type payhook does not act on
+    let other = event_body("e_i", "customer.created", json!({"id": "cus_1"}));
+    assert_eq!(send(&app, signed(&other)).await.status, 200);
+    // in flight: a parked refund whose key someone holds right now
+    assert_eq!(
+        send(&app, signed(&refund("e_f", "rf_f", "r_none2", 100)))
+            .await
+            .status,
+        409
+    );
+    let held = EventKind::RefundSucceeded(RefundFacts {
+        refund_reference: Reference::parse("rf_f").unwrap(),
+        payment_reference: Reference::parse("r_none2").unwrap(),
+        money: Money::new(100, Currency::parse("NGN").unwrap()).unwrap(),
+    });
+    let key = IdempotencyKey::from_stored("generic:refund:rf_f".into());
+    let fingerprint = ClaimedFacts::of(&held).unwrap().fingerprint();
+    store.claim(&key, &fingerprint, 600_000).await.unwrap();
+    let balance_before = balance(&store, "w_e").await.0;
+
+    // WHEN the whole log is replayed dry, then for real
+    let before = counts(&store).await;
+    let dry = run(&store, &LogFilter::default(), &opts(true)).await;
+    assert_eq!(counts(&store).await, before, "a dry run wrote something");
+    let real = run(&store, &LogFilter::default(), &opts(false)).await;
+
+    // THEN they agree outcome for outcome, and on the money
+    let expected: std::collections::BTreeMap<String, usize> = [
+        ("replayed", 2), // r_a's payment and r_c's payment
+        ("conflict", 1), // rf_c2: past r_c's remainder once rf_c1 applied
+        ("parked", 1),
+        ("applied", 1),
+        ("unassigned", 1),
+        ("ignored", 1),
+        ("in_flight", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    // r_a's second delivery (other money) has the first one's key: driven once per run
+    assert_eq!((dry.same_key, real.same_key), (1, 1));
+    assert_eq!(dry.results, expected, "{dry:?}");
+    assert_eq!(real.results, expected, "{real:?}");
+    assert_eq!(dry.moves.get("w_e NGN"), Some(&-300), "{dry:?}");
+    assert_eq!(balance(&store, "w_e").await.0, balance_before - 300);
 }

@@ -653,12 +653,13 @@ async fn replay_one<S: Source>(
     let what = format!("delivery {id}");
     let fail = |e: crate::replay::ReplayError| SourceError::Unavailable(e.to_string());
     if !confirm {
-        let prediction = crate::replay::predict(store, &ops.providers, &d)
+        let prediction = crate::replay::predict(&ops.pipeline, &ops.providers, &d)
             .await
             .map_err(fail)?;
         return Ok((
             what,
-            json!({ "prediction": prediction }),
+            json!({ "prediction": prediction.to_string(), "moves": prediction.moves,
+                "answer": prediction.answer }),
             hidden("delivery", id),
         ));
     }

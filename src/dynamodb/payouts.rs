@@ -45,8 +45,8 @@ use crate::domain::{AccountId, Currency, IdempotencyKey, ProviderId, TransferSta
 use crate::ledger::{Ledger, PostOutcome, Posting};
 use crate::payouts::calls::{CallKind, CallTicket, ProviderNote, CALL_MARGIN_MS};
 use crate::payouts::{
-    foreign, reservation_key, settle, NewPayout, PayoutId, PayoutRecord, PayoutStatus, Payouts,
-    SettleOutcome, Settlement, WordOrigin,
+    judge_settle, reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutStatus, Payouts,
+    SettleJudgement, SettleOutcome, WordOrigin,
 };
 use crate::store::StoreError;
 
@@ -522,41 +522,15 @@ impl Payouts for DynamoStore {
     ) -> Result<SettleOutcome, StoreError> {
         let table = &self.tables.payments;
         for _ in 0..8 {
-            let Some(current) = self.get_payout_item(id).await? else {
-                return Ok(SettleOutcome::Unknown);
-            };
-            if let Some(reason) = foreign(&current, &origin) {
-                return Ok(SettleOutcome::Foreign {
-                    record: current,
-                    reason,
-                });
-            }
-            let applied_before = current.words.iter().any(|w| w == word.as_str());
-            let rule = settle(current.status, word);
-            if applied_before {
-                // The status the word made may since have moved on; its movement stands.
-                let movement = word
-                    .operation()
-                    .filter(|op| current.moves.contains_key(op.as_str()))
-                    .map(|op| {
-                        (
-                            op,
-                            if op == crate::domain::Operation::PayoutPaid {
-                                -1
-                            } else {
-                                1
-                            },
-                        )
-                    });
-                return Ok(SettleOutcome::AlreadyApplied {
-                    record: current,
+            let current = self.get_payout_item(id).await?;
+            let (current, from, to, movement) = match judge_settle(current, &origin, word) {
+                SettleJudgement::Decided(outcome) => return Ok(outcome),
+                SettleJudgement::Move {
+                    current,
+                    from,
+                    to,
                     movement,
-                });
-            }
-            let (from, to, movement) = match rule {
-                Settlement::Move { from, to, movement } => (from, to, movement),
-                Settlement::Stale => return Ok(SettleOutcome::Stale(current)),
-                Settlement::Undecided => return Ok(SettleOutcome::Undecided(current)),
+                } => (current, from, to, movement),
             };
             let now = self.clock.now_ms();
             let mut sets = vec![

@@ -258,7 +258,7 @@ fn failed(e: ReadError) -> Response {
                 "temporarily unable to read; retry",
             )
         }
-        ReadError::Store(e @ StoreError::Corrupt { .. }) => {
+        ReadError::Store(e @ (StoreError::Corrupt { .. } | StoreError::ReadOnly { .. })) => {
             tracing::error!(error = ?e, "read found a malformed item");
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,

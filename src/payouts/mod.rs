@@ -490,6 +490,59 @@ pub struct WordOrigin {
     pub money: Option<Money>,
 }
 
+/// What a provider's word does to a payout, judged from the payout as it is (`None`: no
+/// payout under that reference): decided, or one conditional move to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleJudgement {
+    Decided(SettleOutcome),
+    Move {
+        current: PayoutRecord,
+        from: &'static [PayoutStatus],
+        to: PayoutStatus,
+        movement: Option<(Operation, i64)>,
+    },
+}
+
+/// The one settle decision, for the store's write and a dry run alike: a foreign word moves
+/// nothing; a word applied before keeps the movement it made; otherwise [`settle`]'s rule.
+pub fn judge_settle(
+    current: Option<PayoutRecord>,
+    origin: &WordOrigin,
+    word: TransferState,
+) -> SettleJudgement {
+    use SettleJudgement::Decided;
+    let Some(current) = current else {
+        return Decided(SettleOutcome::Unknown);
+    };
+    if let Some(reason) = foreign(&current, origin) {
+        return Decided(SettleOutcome::Foreign {
+            record: current,
+            reason,
+        });
+    }
+    if current.words.iter().any(|w| w == word.as_str()) {
+        // The status the word made may since have moved on; its movement stands.
+        let movement = word
+            .operation()
+            .filter(|op| current.moves.contains_key(op.as_str()))
+            .map(|op| (op, if op == Operation::PayoutPaid { -1 } else { 1 }));
+        return Decided(SettleOutcome::AlreadyApplied {
+            record: current,
+            movement,
+        });
+    }
+    match settle(current.status, word) {
+        Settlement::Move { from, to, movement } => SettleJudgement::Move {
+            current,
+            from,
+            to,
+            movement,
+        },
+        Settlement::Stale => Decided(SettleOutcome::Stale(current)),
+        Settlement::Undecided => Decided(SettleOutcome::Undecided(current)),
+    }
+}
+
 /// A word moves only the payout it is about: one from the payout's own provider, naming its
 /// amount and currency when it names money. `Some(reason)` when it is not.
 pub fn foreign(record: &PayoutRecord, origin: &WordOrigin) -> Option<String> {

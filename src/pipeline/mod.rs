@@ -4,6 +4,7 @@
 
 mod cancels;
 mod disputes;
+pub mod dry_run;
 mod parked;
 
 use parked::Parking;
@@ -255,6 +256,18 @@ impl<S: Store> Pipeline<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The same pipeline over a store that reads and never writes ([`dry_run`]): what
+    /// processing a delivery would do now, with this pipeline's settings.
+    pub fn dry_run(&self) -> Pipeline<dry_run::DryRun<S>>
+    where
+        S: Clone,
+    {
+        Pipeline {
+            store: dry_run::DryRun::new(self.store.clone()),
+            default_account: self.default_account.clone(),
+        }
     }
 
     /// Processes one delivery and logs it. On error nothing is answered but 5xx, and a claim

@@ -84,7 +84,7 @@ const DEADLINE_MARGIN_MS: i64 = 5_000;
 /// Handles one invocation for `caller` (`lambda:{request id}`, `cli:{user}`): who started a
 /// replay (unless the request names one) and who is written in the audit line. `deadline_ms`
 /// (epoch ms, inside Lambda) bounds a reconciliation pass.
-pub async fn handle<S: Store>(
+pub async fn handle<S: Store + Clone>(
     ops: &Ops<S>,
     payload: Value,
     caller: &str,
@@ -126,7 +126,7 @@ pub async fn handle<S: Store>(
 }
 
 /// `{"action":"replay",…}`: replays the selected deliveries, audited.
-async fn replay_invocation<S: Store>(
+async fn replay_invocation<S: Store + Clone>(
     ops: &Ops<S>,
     payload: Value,
     caller: &str,

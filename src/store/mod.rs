@@ -28,4 +28,7 @@ pub enum StoreError {
     /// payout guard): nothing was decided, retry.
     #[error("item {key} in {table} is contended; retry")]
     Contended { table: String, key: String },
+    /// A dry run was asked to write (`pipeline::dry_run`): it reads and judges, never writes.
+    #[error("a dry run does not {operation}")]
+    ReadOnly { operation: &'static str },
 }

@@ -251,6 +251,20 @@ async fn replay_dry_run_writes_nothing_and_a_confirm_applies_a_parked_refund_onc
     );
     // THEN the refund debited once
     assert_eq!(ngn(&store).await, 17_000 - 5_000);
+    // AND it no longer needs attention: its key was finished (the parked delivery stays in
+    // the log as it was answered, and the page says one was finished since)
+    let att = get(&c, "/attention").await;
+    assert!(
+        att.body.contains(r#"data-outcome="parked">0<"#),
+        "{}",
+        att.body
+    );
+    assert!(
+        att.body
+            .contains(r#"<p class="settled" data-outcome="parked">1 finished since"#),
+        "{}",
+        att.body
+    );
     let pay = get(
         &c,
         &format!("/payments/generic/{}", seeded.refunded_payment),

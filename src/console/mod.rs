@@ -396,11 +396,12 @@ async fn all_of<S: Source>(
     loop {
         let page = c.source.deliveries(&q).await?;
         out.extend(page["deliveries"].as_array().cloned().unwrap_or_default());
-        match page["next_cursor"].as_str() {
-            _ if out.len() >= cap => {
-                out.truncate(cap);
-                return Ok((out, false));
-            }
+        let next = page["next_cursor"].as_str();
+        if out.len() > cap || (out.len() == cap && next.is_some()) {
+            out.truncate(cap);
+            return Ok((out, false));
+        }
+        match next {
             Some(next) => q.cursor = Some(next.to_owned()),
             None => return Ok((out, true)),
         }
@@ -484,6 +485,48 @@ const ATTENTION: [Outcome; 4] = [
     Outcome::Conflict,
 ];
 
+/// Rows read per outcome on the attention page; more are counted as "N+" and paged on
+/// `/deliveries?outcome=…`.
+const ATTENTION_ROWS: usize = 100;
+
+/// One outcome's list on the attention page, without the deliveries whose key has since been
+/// finished by anyone (their claim is DONE: the money they waited for moved, or a final answer
+/// was given). A conflict stays: it needs a person whatever happened since.
+async fn still_waiting<S: Source>(
+    c: &Console<S>,
+    outcome: Outcome,
+    list: Vec<Value>,
+    complete: bool,
+) -> Result<pages::Waiting, SourceError> {
+    let keys: Vec<String> = list
+        .iter()
+        .filter_map(|d| d["key"].as_str().map(str::to_owned))
+        .collect();
+    let settled = match outcome {
+        Outcome::Conflict => Some(Default::default()),
+        _ => c.source.settled(&keys).await?,
+    };
+    let Some(settled) = settled else {
+        return Ok(pages::Waiting {
+            outcome,
+            list,
+            complete,
+            settled: None,
+        });
+    };
+    let before = list.len();
+    let list: Vec<Value> = list
+        .into_iter()
+        .filter(|d| d["key"].as_str().is_none_or(|k| !settled.contains(k)))
+        .collect();
+    Ok(pages::Waiting {
+        outcome,
+        settled: Some(before - list.len()),
+        list,
+        complete,
+    })
+}
+
 async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
     let now = now_ms();
     let result = async {
@@ -496,8 +539,8 @@ async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
                 limit: MAX_PAGE,
                 ..Filter::default()
             };
-            let (list, _) = all_of(&c, &query_of(&f, None, now)?, MAX_PAGE).await?;
-            by_outcome.push((outcome, list));
+            let (list, complete) = all_of(&c, &query_of(&f, None, now)?, ATTENTION_ROWS).await?;
+            by_outcome.push(still_waiting(&c, outcome, list, complete).await?);
         }
         let open = c.source.open_payments(now - c.pending_after_ms).await?;
         let payouts = c

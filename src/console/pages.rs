@@ -465,21 +465,55 @@ fn resolve_command(d: &Value) -> String {
 
 /// Needs attention: deliveries reconciliation would hand a human (by outcome, each with the
 /// command that resolves it), and payments open past the threshold.
+/// One outcome's deliveries still waiting for a person.
+pub struct Waiting {
+    pub outcome: Outcome,
+    pub list: Vec<Value>,
+    /// Every delivery of the window was read (otherwise the count is a lower bound: "N+").
+    pub complete: bool,
+    /// How many read were left out because their key has since been finished; `None` when the
+    /// source cannot tell (they are all listed).
+    pub settled: Option<usize>,
+}
+
 pub fn attention(
-    by_outcome: &[(Outcome, Vec<Value>)],
+    by_outcome: &[Waiting],
     open: Option<&[Value]>,
     threshold_s: i64,
     payouts: Option<&[Value]>,
 ) -> String {
     let mut body = String::new();
-    for (outcome, list) in by_outcome {
+    for w in by_outcome {
+        let (outcome, list) = (&w.outcome, &w.list);
+        let more = if w.complete { "" } else { "+" };
         let _ = write!(
             body,
-            r#"<h2>{} <span class="count" data-outcome="{}">{}</span></h2>"#,
+            r#"<h2>{} <span class="count" data-outcome="{}">{}{more}</span></h2>"#,
             badge(outcome.as_str()),
             outcome.as_str(),
             list.len()
         );
+        if !w.complete {
+            let _ = write!(
+                body,
+                r#"<p class="more">More than the first deliveries read: <a href="/deliveries?outcome={0}&amp;since=7d">page through every {0} delivery</a>.</p>"#,
+                outcome.as_str()
+            );
+        }
+        match w.settled {
+            Some(0) => {}
+            Some(n) => {
+                let _ = write!(
+                    body,
+                    r#"<p class="settled" data-outcome="{}">{n} finished since (by a replay, a redelivery or reconciliation): not listed.</p>"#,
+                    outcome.as_str()
+                );
+            }
+            None => body.push_str(&note(
+                "nosettled",
+                "this source cannot tell which of these were finished since: run the console on the store",
+            )),
+        }
         let rows: Vec<Vec<String>> = list
             .iter()
             .map(|d| {

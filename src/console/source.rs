@@ -3,6 +3,7 @@
 //! with SigV4 from the operator's own AWS credentials. Both answer with the read layer's views as
 //! JSON (the read API serves exactly those), so every page renders the same from either.
 
+use std::collections::HashSet;
 use std::future::Future;
 
 use http_body_util::{BodyExt, Empty};
@@ -11,6 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use crate::domain::{AccountId, ProviderId, Reference};
+use crate::idempotency::ClaimState;
 use crate::pipeline::Store;
 use crate::read::{self, DeliveryQuery, ReadError};
 use crate::store::StoreError;
@@ -83,6 +85,12 @@ pub trait Source: Send + Sync + 'static {
         &self,
         horizon_ms: i64,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
+    /// Of `keys`, those whose claim is DONE now (someone finished the movement: a replay, the
+    /// provider's redelivery, reconciliation), or `None` when the source cannot tell.
+    fn settled(
+        &self,
+        keys: &[String],
+    ) -> impl Future<Output = Result<Option<HashSet<String>>, SourceError>> + Send;
 }
 
 /// The configured DynamoDB, read through [`crate::read`].
@@ -127,7 +135,30 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         let list = read::unsettled_payouts(&self.store, now, horizon_ms, 100).await?;
         Ok(Some(list.iter().map(json).collect::<Result<Vec<_>, _>>()?))
     }
+
+    async fn settled(&self, keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
+        use futures::StreamExt;
+        let reads = futures::stream::iter(keys.iter().cloned())
+            .map(|k| async move {
+                let key = crate::domain::IdempotencyKey::from_stored(k.clone());
+                let claim = self.store.get_claim(&key).await?;
+                let done = claim.is_some_and(|c| matches!(c.state, ClaimState::Done(_)));
+                Ok::<_, StoreError>(done.then_some(k))
+            })
+            .buffer_unordered(SETTLED_READS_AT_ONCE);
+        let found: Vec<Result<Option<String>, StoreError>> = reads.collect().await;
+        let mut done = HashSet::new();
+        for r in found {
+            if let Some(k) = r? {
+                done.insert(k);
+            }
+        }
+        Ok(Some(done))
+    }
 }
+
+/// Claim reads in flight at once for the attention page: one consistent `GetItem` each.
+const SETTLED_READS_AT_ONCE: usize = 16;
 
 /// A deployed stack's read API (`https://{api}.execute-api.{region}.amazonaws.com`), every GET
 /// signed with SigV4 (`execute-api`) from the standard credential chain, so the console needs no
@@ -325,6 +356,10 @@ impl Source for ApiSource {
     }
 
     async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn settled(&self, _keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
         Ok(None)
     }
 }

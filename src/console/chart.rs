@@ -39,6 +39,9 @@ impl Buckets {
 
 const HEIGHT: u64 = 160;
 const BAR_PX: usize = 8;
+/// Room left of the bars for the y axis' labels, and under them for the x axis'.
+const AXIS_PX: usize = 40;
+const LABEL_PX: u64 = 16;
 
 /// The stacked bar chart of `b` (outcomes in `order`, bottom first).
 pub fn stacked(b: &Buckets, order: &[&str]) -> String {
@@ -49,10 +52,15 @@ pub fn stacked(b: &Buckets, order: &[&str]) -> String {
         .max()
         .unwrap_or(0)
         .max(1);
-    let width = b.counts.len() * BAR_PX;
+    let bars = b.counts.len() * BAR_PX;
+    let width = AXIS_PX + bars;
     let mut svg = format!(
-        r#"<svg id="traffic-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img" aria-label="deliveries per bucket by outcome"><rect class="frame" x="0" y="0" width="{width}" height="{h}"/>"#,
-        h = HEIGHT + 1
+        r#"<svg id="traffic-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" role="img" aria-label="deliveries per bucket by outcome, 0 to {max}"><g class="axis"><text class="y-max" x="{tx}" y="10" text-anchor="end">{max}</text><text class="y-zero" x="{tx}" y="{HEIGHT}" text-anchor="end">0</text><text class="x-start" x="{AXIS_PX}" y="{lx}">{start}</text><text class="x-end" x="{width}" y="{lx}" text-anchor="end">now</text><line x1="{AXIS_PX}" y1="0" x2="{AXIS_PX}" y2="{HEIGHT}"/></g><g transform="translate({AXIS_PX},0)"><rect class="frame" x="0" y="0" width="{bars}" height="{h1}"/>"#,
+        h = HEIGHT + LABEL_PX,
+        h1 = HEIGHT + 1,
+        tx = AXIS_PX - 4,
+        lx = HEIGHT + LABEL_PX - 4,
+        start = esc(&start_label(b.start_ms)),
     );
     for (i, counts) in b.counts.iter().enumerate() {
         let mut y = HEIGHT;
@@ -71,8 +79,14 @@ pub fn stacked(b: &Buckets, order: &[&str]) -> String {
             );
         }
     }
-    svg.push_str("</svg>");
+    svg.push_str("</g></svg>");
     svg
+}
+
+/// The x axis' first label: the window's start, UTC, to the minute.
+fn start_label(start_ms: i64) -> String {
+    let of_day = start_ms.rem_euclid(86_400_000);
+    format!("{:02}:{:02} UTC", of_day / 3_600_000, of_day / 60_000 % 60)
 }
 
 #[cfg(test)]
@@ -92,5 +106,8 @@ mod tests {
         assert_eq!(svg.matches(r#"class="bar applied""#).count(), 2);
         assert_eq!(svg.matches(r#"class="bar replayed""#).count(), 1);
         assert!(svg.contains("<title>replayed: 1</title>"));
+        // A scale: 0 and the tallest bar's count on the y axis, the start and now on the x axis
+        assert!(svg.contains(r#"class="y-max" x="36" y="10" text-anchor="end">2</text>"#));
+        assert!(svg.contains(r#"class="x-start""#) && svg.contains(">now</text>"));
     }
 }

@@ -593,7 +593,7 @@ async fn traffic<S: Source>(
         }
         let money = match &c.replay {
             Some(ops) => {
-                let (m, _) = crate::read::money_moved(
+                let counted = crate::read::money_moved(
                     ops.pipeline.store(),
                     &ops.providers,
                     start_ms,
@@ -601,7 +601,7 @@ async fn traffic<S: Source>(
                     MONEY_BODIES,
                 )
                 .await?;
-                Some(m)
+                Some(counted)
             }
             None => None,
         };

@@ -602,7 +602,7 @@ pub fn traffic(
     window: &str,
     buckets: &Buckets,
     counted_all: bool,
-    money_by_day: Option<&MoneyByDay>,
+    money_by_day: Option<&(MoneyByDay, bool)>,
 ) -> String {
     let mut body = String::from(r#"<nav class="windows">"#);
     for w in ["hour", "day"] {
@@ -651,13 +651,23 @@ pub fn traffic(
             " (counted the first ones only)"
         }
     );
-    body.push_str("<h2>Money in and out per day</h2>");
+    let _ = write!(
+        body,
+        "<h2>Money in and out in the last {}, by UTC day</h2>",
+        esc(window)
+    );
     match money_by_day {
         None => body.push_str(&note(
             "nomoney",
             "amounts are read from the deliveries' bodies, which the read API never serves: run the console on the store",
         )),
-        Some(m) => {
+        Some((m, complete)) => {
+            if !complete {
+                body.push_str(&note(
+                    "money-partial",
+                    "partial: more applied deliveries than this page reads bodies for; the sums below count the first ones only (a currency may be missing)",
+                ));
+            }
             let rows: Vec<Vec<String>> = m
                 .iter()
                 .map(|((day, currency), (inflow, outflow))| {
@@ -695,4 +705,23 @@ pub fn replay_done(what: &str, result: &Value) -> String {
         esc(what),
         esc(&pretty)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// #33 item 3: sums cut short say so (a currency whose deliveries were not read is
+    /// missing), and the title names the window it covers.
+    #[test]
+    fn money_counted_from_the_first_bodies_only_says_it_is_partial() {
+        let mut m = MoneyByDay::new();
+        m.insert(("2026-12-05".into(), "NGN".into()), (10_000, 0));
+        let b = Buckets::new(0, 60_000, 60);
+        let whole = traffic("hour", &b, true, Some(&(m.clone(), true)));
+        let cut = traffic("hour", &b, true, Some(&(m, false)));
+        assert!(!whole.contains("money-partial"));
+        assert!(cut.contains("money-partial"), "{cut}");
+        assert!(whole.contains("Money in and out in the last hour, by UTC day"));
+    }
 }

@@ -23,10 +23,16 @@ use crate::secrets::SecretSource;
 use std::future::Future;
 use std::pin::Pin;
 
-/// Logs to stderr (stdout is for results and metrics); JSON when Lambda asks for it.
+/// Logs to stderr (stdout is for results and metrics); JSON when Lambda asks for it. Audit
+/// lines (`payhook::audit`) are written whatever level `RUST_LOG` asks for: an operator's
+/// action is never unrecorded because someone quietened the logs (`scripts/dev` runs at warn).
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = match "payhook::audit=info".parse() {
+        Ok(audit) => filter.add_directive(audit),
+        Err(_) => filter,
+    };
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

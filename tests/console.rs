@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use common::console_seed::{seed, ACCOUNT};
-use common::{app, counts, store};
+use common::{app, counts, payment_body, store};
 use http_body_util::BodyExt;
 use payhook::console::source::StoreSource;
 use payhook::console::{router, Console};
@@ -44,6 +44,7 @@ fn console(store: &DynamoStore) -> Arc<Console<StoreSource<DynamoStore>>> {
         payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
         access: ACCESS.into(),
+        done: Default::default(),
     })
 }
 
@@ -89,7 +90,12 @@ async fn post(
     if let Some(o) = origin {
         req = req.header("origin", o);
     }
-    call(c, req.body(Body::from(form.to_owned())).unwrap()).await
+    let page = call(c, req.body(Body::from(form.to_owned())).unwrap()).await;
+    // A confirm answers 303 to its result's own address (Post/Redirect/Get): follow it.
+    match page.headers.get("location").and_then(|l| l.to_str().ok()) {
+        Some(to) if page.status == 303 && to.starts_with("/replays/") => get(c, to).await,
+        _ => page,
+    }
 }
 
 /// The count the deliveries page shows for `outcome`.
@@ -138,9 +144,23 @@ async fn the_pages_show_what_the_read_layer_says_and_paging_is_exact() {
     assert!(csp.contains("default-src 'none'") && !csp.contains("script-src"));
     let all = ids(&page.body);
     assert_eq!(all.len(), 4);
-    // AND a filter shows exactly its deliveries
+    // AND a filter shows exactly its deliveries, and the form keeps what was asked
     let parked = get(&c, "/deliveries?outcome=parked&since=1h").await;
     assert_eq!(ids(&parked.body).len(), 1);
+    assert!(
+        parked.body.contains(r#"name="since" value="1h""#),
+        "{}",
+        parked.body
+    );
+    // AND a filter that does not read is said above the form as it was filled in
+    let wrong = get(&c, "/deliveries?outcome=parked&since=yesterdayish").await;
+    assert_eq!(wrong.status, 400, "{}", wrong.body);
+    assert!(wrong.body.contains(r#"name="since" value="yesterdayish""#));
+    assert!(
+        wrong.body.contains(r#"<option value="parked" selected"#),
+        "{}",
+        wrong.body
+    );
     assert!(parked.body.contains("rf_console_2") || parked.body.contains("pay_console_2"));
     // AND pages of one never skip or repeat
     let mut seen = Vec::new();
@@ -155,8 +175,19 @@ async fn the_pages_show_what_the_read_layer_says_and_paging_is_exact() {
     // AND a delivery page shows its raw body and links to its payment
     let one = get(&c, &format!("/deliveries/{}", all[0])).await;
     assert_eq!(one.status, 200, "{}", one.body);
+    // byte for byte as it was sent (not re-serialised), so its signature can be checked
+    let sent = payment_body("evt_console_2", "pay_console_2", ACCOUNT, 7_000, "NGN");
+    let escaped = sent
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;");
     assert!(
-        one.body.contains(r#"id="raw-body""#) && one.body.contains("&quot;payment.succeeded&quot;")
+        one.body
+            .contains(&format!(r#"<pre id="raw-body">{escaped}</pre>"#)),
+        "{}",
+        one.body
     );
     assert!(one
         .body
@@ -249,6 +280,23 @@ async fn replay_dry_run_writes_nothing_and_a_confirm_applies_a_parked_refund_onc
         "{}",
         second.body
     );
+    // AND a confirm answers 303 to its result's address (Back or a reload never re-sends it)
+    let raw = call(
+        &c,
+        Request::post("/replay")
+            .header("host", HOST)
+            .header("cookie", COOKIE)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(form.clone()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(raw.status, 303, "{}", raw.body);
+    let at = raw.headers["location"].to_str().unwrap().to_owned();
+    assert!(at.starts_with("/replays/"), "{at}");
+    assert_eq!(get(&c, &at).await.status, 200);
+    assert_eq!(get(&c, "/replays/not-kept").await.status, 404);
     // THEN the refund debited once
     assert_eq!(ngn(&store).await, 17_000 - 5_000);
     // AND it no longer needs attention: its key was finished (the parked delivery stays in
@@ -356,6 +404,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
         payout_unresolved_after_ms: 86_400_000,
         operator: "console:tests".into(),
         access: ACCESS.into(),
+        done: Default::default(),
     });
     let call_api = |path: &'static str| {
         let c = c.clone();

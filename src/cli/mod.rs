@@ -619,6 +619,7 @@ async fn console(
         payout_unresolved_after_ms: config.reconcile.payout_unresolved_after_ms,
         operator: format!("console:{user}"),
         access: access.clone(),
+        done: Default::default(),
     };
     // Only here: stdout is the operator's (never argv or the environment, which other local
     // users can list).

@@ -89,6 +89,40 @@ pub struct Console<S> {
     pub operator: String,
     /// The per-start access token every request must carry (cookie, or `?token=` once).
     pub access: String,
+    /// What the last confirmed replays did, shown at `/replays/{id}` after the confirm's
+    /// redirect (so Back or a reload never asks to send the confirm again).
+    pub done: Done,
+}
+
+/// The results of the last [`Done::KEPT`] confirmed replays, by a random id.
+#[derive(Debug, Default)]
+pub struct Done(std::sync::Mutex<std::collections::VecDeque<(String, String, Value)>>);
+
+impl Done {
+    const KEPT: usize = 50;
+
+    fn keep(&self, what: String, result: Value) -> String {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() == Self::KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((id.clone(), what, result));
+        id
+    }
+
+    fn get(&self, id: &str) -> Option<(String, Value)> {
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter()
+            .find(|(k, _, _)| k == id)
+            .map(|(_, what, result)| (what.clone(), result.clone()))
+    }
 }
 
 impl Console<()> {
@@ -104,6 +138,7 @@ impl Console<()> {
             payout_unresolved_after_ms: self.payout_unresolved_after_ms,
             operator: self.operator,
             access: self.access,
+            done: self.done,
         }
     }
 }
@@ -122,6 +157,7 @@ pub fn router<S: Source>(console: Shared<S>) -> Router {
         .route("/attention", get(attention::<S>))
         .route("/traffic", get(traffic::<S>))
         .route("/replay", post(replay::<S>))
+        .route("/replays/{id}", get(replay_result::<S>))
         .layer(middleware::from_fn_with_state(console.clone(), guard::<S>))
         .with_state(console)
 }
@@ -421,11 +457,19 @@ async fn deliveries<S: Source>(State(c): State<Shared<S>>, RawQuery(raw): RawQue
             *counts.entry(html::s(d, "outcome").to_owned()).or_default() += 1;
         }
         let csrf = c.replay.as_ref().map(|_| c.csrf.as_str());
-        Ok::<_, SourceError>(pages::deliveries(&f, &page, &counts, all, csrf))
+        Ok::<_, SourceError>(pages::deliveries(&f, &page, &counts, all, csrf, &p))
     }
     .await;
     match result {
         Ok(body) => render(&c, "Deliveries", "deliveries", &body),
+        // A filter that does not read: said above the form as it was filled in.
+        Err(e @ SourceError::Invalid(_)) => {
+            let body = html::note("error", &e.to_string()) + &pages::filter_form(&p);
+            html(
+                StatusCode::BAD_REQUEST,
+                html::page("Deliveries", "deliveries", &c.source.label(), &body),
+            )
+        }
         Err(e) => failed(&c, &e),
     }
 }
@@ -670,8 +714,30 @@ async fn replay<S: Source>(
             "",
             &pages::replay_preview(&what, &value, &fields, &c.csrf),
         ),
-        Ok((what, value, _)) => render(&c, "Replay: done", "", &pages::replay_done(&what, &value)),
+        // Post/Redirect/Get: the result lives at its own address.
+        Ok((what, value, _)) => {
+            Redirect::to(&format!("/replays/{}", c.done.keep(what, value))).into_response()
+        }
         Err(e) => failed(&c, &e),
+    }
+}
+
+/// A confirmed replay's result, after the confirm's redirect.
+async fn replay_result<S: Source>(State(c): State<Shared<S>>, Path(id): Path<String>) -> Response {
+    match c.done.get(&id) {
+        Some((what, value)) => render(&c, "Replay: done", "", &pages::replay_done(&what, &value)),
+        None => html(
+            StatusCode::NOT_FOUND,
+            html::page(
+                "Replay result",
+                "",
+                &c.source.label(),
+                &html::note(
+                    "gone",
+                    "this console keeps the last 50 replay results, and this is not one: the delivery log has every replay (filter by outcome, or open the delivery)",
+                ),
+            ),
+        ),
     }
 }
 

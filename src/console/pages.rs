@@ -61,6 +61,31 @@ fn input(name: &str, label: &str, value: &str, placeholder: &str) -> String {
     )
 }
 
+/// The filter form as the operator filled it in (an error page shows it too, so nothing typed
+/// is lost): a window the URL pins by `since_ms`/`until_ms` (a later page) is shown as a time.
+pub fn filter_form(asked: &BTreeMap<String, String>) -> String {
+    let get = |k: &str| asked.get(k).map(String::as_str).unwrap_or_default();
+    let when = |typed: &str, ms: &str| match (get(typed), get(ms).parse::<i64>()) {
+        ("", Ok(ms)) => time(ms),
+        (text, _) => text.to_owned(),
+    };
+    let mut body = String::from(r#"<form method="get" action="/deliveries" class="filters">"#);
+    body.push_str(&input("provider", "provider", get("provider"), "any"));
+    body.push_str(&outcome_select(get("outcome")));
+    body.push_str(&input("reference", "reference", get("reference"), "any"));
+    body.push_str(&input("event_id", "event id", get("event_id"), "any"));
+    let since = when("since", "since_ms");
+    body.push_str(&input(
+        "since",
+        "since",
+        &since,
+        "24h, 2026-12-01, RFC 3339",
+    ));
+    body.push_str(&input("until", "until", &when("until", "until_ms"), "now"));
+    body.push_str(r#"<button type="submit">Filter</button></form>"#);
+    body
+}
+
 fn outcome_select(current: &str) -> String {
     let mut out =
         String::from(r#"<label>outcome <select name="outcome"><option value="">any</option>"#);
@@ -132,15 +157,9 @@ pub fn deliveries(
     counts: &BTreeMap<String, u64>,
     counted_all: bool,
     csrf: Option<&str>,
+    asked: &BTreeMap<String, String>,
 ) -> String {
-    let mut body = String::from(r#"<form method="get" action="/deliveries" class="filters">"#);
-    body.push_str(&input("provider", "provider", &f.provider, "any"));
-    body.push_str(&outcome_select(&f.outcome));
-    body.push_str(&input("reference", "reference", &f.reference, "any"));
-    body.push_str(&input("event_id", "event id", &f.event_id, "any"));
-    body.push_str(&input("since", "since", "", "24h, 2026-12-01, RFC 3339"));
-    body.push_str(&input("until", "until", "", "now"));
-    body.push_str(r#"<button type="submit">Filter</button></form>"#);
+    let mut body = filter_form(asked);
     let window = match (f.since_ms, f.until_ms) {
         (Some(a), Some(b)) => format!("{} to {}", time(a), time(b)),
         (Some(a), None) => format!("since {}", time(a)),
@@ -251,9 +270,11 @@ pub fn delivery(d: &Value, csrf: Option<&str>) -> String {
     );
     match d.get("raw_body").and_then(Value::as_str) {
         Some(raw) => {
+            // Exactly as received (the bytes its signature was checked on), and pretty beside.
             let _ = write!(
                 body,
-                r#"<h2>Raw body</h2><pre id="raw-body">{}</pre>"#,
+                r#"<h2>Raw body</h2><p class="hint">exactly as received: the bytes the signature was verified on</p><pre id="raw-body">{}</pre><details><summary>pretty</summary><pre id="pretty-body">{}</pre></details>"#,
+                esc(raw),
                 esc(&pretty(raw))
             );
         }
@@ -697,14 +718,42 @@ pub fn replay_preview(what: &str, prediction: &Value, confirm_fields: &str, csrf
     )
 }
 
-/// What the confirmed replay did.
+/// What the confirmed replay did: the outcomes (and money) first, the full record below.
 pub fn replay_done(what: &str, result: &Value) -> String {
+    let mut body = format!("<p>Replayed {}.</p>", esc(what));
+    if let Some(outcome) = result.get("outcome").and_then(Value::as_str) {
+        body.push_str(&facts(&[
+            ("outcome", badge(outcome)),
+            ("HTTP answer", n(result, "status").to_string()),
+        ]));
+    }
+    if let Some(results) = result.get("results").and_then(Value::as_object) {
+        let rows: Vec<Vec<String>> = results
+            .iter()
+            .map(|(o, count)| vec![badge(o), count.to_string()])
+            .collect();
+        body.push_str(&table("replay-results", &["outcome", "deliveries"], &rows));
+    }
+    if let Some(moves) = result.get("moves").and_then(Value::as_object) {
+        let rows: Vec<Vec<String>> = moves
+            .iter()
+            .map(|(k, v)| vec![esc(k), v.as_i64().unwrap_or_default().to_string()])
+            .collect();
+        if !rows.is_empty() {
+            body.push_str(&table(
+                "replay-moves",
+                &["account currency", "minor units"],
+                &rows,
+            ));
+        }
+    }
     let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
-    format!(
-        r#"<p>Replayed {}.</p><pre id="result">{}</pre><p><a href="/deliveries">back to the deliveries</a></p>"#,
-        esc(what),
+    let _ = write!(
+        body,
+        r#"<details open><summary>the full record</summary><pre id="result" class="wrap">{}</pre></details><p><a href="/deliveries">back to the deliveries</a></p>"#,
         esc(&pretty)
-    )
+    );
+    body
 }
 
 #[cfg(test)]

@@ -152,6 +152,14 @@ async fn the_pages_show_what_the_read_layer_says_and_paging_is_exact() {
         "{}",
         parked.body
     );
+    // AND its replay button names the whole selection, not the page
+    assert!(
+        parked
+            .body
+            .contains("Replay all 1 deliveries this filter selects, not only this page"),
+        "{}",
+        parked.body
+    );
     // AND a filter that does not read is said above the form as it was filled in
     let wrong = get(&c, "/deliveries?outcome=parked&since=yesterdayish").await;
     assert_eq!(wrong.status, 400, "{}", wrong.body);

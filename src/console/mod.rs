@@ -799,7 +799,7 @@ async fn replay_filtered<S: Source>(
         include_replays: false,
         max: 10_000,
     };
-    let what = format!("the deliveries of {}", f.api_query(None));
+    let what = f.describe();
     let summary = crate::replay::replay(&ops.pipeline, &ops.providers, &q.filter, &opts, |_, _| {})
         .await
         .map_err(|e| SourceError::Unavailable(e.to_string()))

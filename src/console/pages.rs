@@ -45,6 +45,32 @@ impl Filter {
         query(&pairs)
     }
 
+    /// The filter in words, for the replay pages.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (name, value) in [
+            ("provider", &self.provider),
+            ("outcome", &self.outcome),
+            ("reference", &self.reference),
+            ("event id", &self.event_id),
+        ] {
+            if !value.is_empty() {
+                parts.push(format!("{name} {value}"));
+            }
+        }
+        match (self.since_ms, self.until_ms) {
+            (Some(a), Some(b)) => parts.push(format!("received {} to {}", time(a), time(b))),
+            (Some(a), None) => parts.push(format!("received since {}", time(a))),
+            (None, Some(b)) => parts.push(format!("received until {}", time(b))),
+            (None, None) => {}
+        }
+        if parts.is_empty() {
+            "every delivery".to_owned()
+        } else {
+            format!("every delivery with {}", parts.join(", "))
+        }
+    }
+
     /// The same filter without its outcome (the window's counts are over every outcome).
     pub fn any_outcome(&self) -> Filter {
         Filter {
@@ -208,9 +234,15 @@ pub fn deliveries(
     }
     body.push_str("</nav>");
     if let Some(token) = csrf {
+        // The whole selection, not the page: said with its size.
+        let selected: u64 = match f.outcome.as_str() {
+            "" => counts.values().sum(),
+            o => counts.get(o).copied().unwrap_or(0),
+        };
+        let more = if counted_all { "" } else { "+" };
         let _ = write!(
             body,
-            r#"<form method="post" action="/replay" class="replay">{}{}<input type="hidden" name="step" value="preview"><button id="replay-filtered" type="submit">Replay these (dry run first)</button></form>"#,
+            r#"<form method="post" action="/replay" class="replay">{}{}<input type="hidden" name="step" value="preview"><button id="replay-filtered" type="submit">Replay all {selected}{more} deliveries this filter selects, not only this page (dry run first)</button></form>"#,
             csrf_field(token),
             hidden_filter(f)
         );

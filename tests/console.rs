@@ -509,6 +509,72 @@ async fn payouts_that_need_a_person_are_on_the_attention_page() {
     assert!(page.body.contains(id.as_str()), "{}", page.body);
     assert!(page.body.contains("not settled past the horizon"));
     assert!(page.body.contains(&format!("payhook payouts show {id}")));
+    // AND the search box finds it by its id, with its account
+    let c = console(&store);
+    let found = get(&c, &format!("/search?q={id}")).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert!(found.body.contains("<h2>Payout</h2>"), "{}", found.body);
+    assert!(found.body.contains(r#"href="/accounts/wallet_p""#));
+}
+
+/// #33 item 4: one box finds what an operator holds, each reading an exact lookup.
+#[tokio::test]
+async fn one_search_box_finds_references_events_accounts_and_deliveries() {
+    // GIVEN the seeded deliveries
+    let store = store("console_search").await;
+    let c = console(&store);
+    seed(&app(store.clone(), 30_000)).await;
+    // WHEN a payment reference is searched
+    let by_ref = get(&c, "/search?q=pay_console_1").await;
+    // THEN its payment (with account) and its deliveries are found, linking onward
+    assert_eq!(by_ref.status, 200, "{}", by_ref.body);
+    assert!(
+        by_ref.body.contains(r#"id="found-payments""#),
+        "{}",
+        by_ref.body
+    );
+    assert!(by_ref
+        .body
+        .contains(r#"href="/payments/generic/pay_console_1""#));
+    assert!(by_ref
+        .body
+        .contains(&format!(r#"href="/accounts/{ACCOUNT}""#)));
+    assert_eq!(
+        ids(&by_ref.body).len(),
+        2,
+        "delivered twice: {}",
+        by_ref.body
+    );
+    // AND a provider event id finds its deliveries, an account its page
+    let by_event = get(&c, "/search?q=evt_console_2").await;
+    assert!(
+        by_event.body.contains(r#"id="found-by-event""#),
+        "{}",
+        by_event.body
+    );
+    let by_account = get(&c, &format!("/search?q={ACCOUNT}")).await;
+    assert!(
+        by_account.body.contains("<h2>Account</h2>"),
+        "{}",
+        by_account.body
+    );
+    // AND a delivery id finds that delivery
+    let listed = get(&c, "/deliveries?since=1h").await;
+    let one = ids(&listed.body).remove(0);
+    let by_id = get(&c, &format!("/search?q={one}")).await;
+    assert!(
+        by_id.body.contains(r#"id="found-delivery""#),
+        "{}",
+        by_id.body
+    );
+    // AND what matches nothing says so, and what to try
+    let none = get(&c, "/search?q=ord_7731").await;
+    assert_eq!(none.status, 200);
+    assert!(
+        none.body.contains(r#"class="nothing""#) || none.body.contains("nothing has this"),
+        "{}",
+        none.body
+    );
 }
 
 #[tokio::test]

@@ -155,6 +155,7 @@ pub fn router<S: Source>(console: Shared<S>) -> Router {
         .route("/payments/{provider}/{reference}", get(payment::<S>))
         .route("/accounts/{account}", get(account::<S>))
         .route("/attention", get(attention::<S>))
+        .route("/search", get(search::<S>))
         .route("/traffic", get(traffic::<S>))
         .route("/replay", post(replay::<S>))
         .route("/replays/{id}", get(replay_result::<S>))
@@ -520,6 +521,113 @@ async fn account<S: Source>(State(c): State<Shared<S>>, Path(account): Path<Stri
         Err(e) => failed(&c, &e),
     }
 }
+
+/// One box for everything an operator may hold: a delivery id, a provider event id, a payment
+/// reference (under every provider), a provider transaction id, a payout id, an account. Each
+/// reading is an exact key or index lookup (no scan), run at once.
+async fn search<S: Source>(
+    State(c): State<Shared<S>>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let text = q.get("q").map(|t| t.trim().to_owned()).unwrap_or_default();
+    if text.is_empty() {
+        return render(
+            &c,
+            "Search",
+            "search",
+            &pages::search(&text, &pages::Found::default()),
+        );
+    }
+    match found(&c, &text).await {
+        Ok(f) => render(&c, "Search", "search", &pages::search(&text, &f)),
+        Err(e) => failed(&c, &e),
+    }
+}
+
+async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, SourceError> {
+    let listed = |filter: crate::eventlog::LogFilter| DeliveryQuery {
+        filter,
+        limit: SEARCH_ROWS,
+        cursor: None,
+        with_bodies: false,
+    };
+    let reference = crate::domain::Reference::parse(text).ok();
+    let by_reference = async {
+        match &reference {
+            Some(r) => {
+                let filter = crate::eventlog::LogFilter {
+                    reference: Some(r.clone()),
+                    ..Default::default()
+                };
+                rows(c.source.deliveries(&listed(filter)).await?)
+            }
+            None => Ok(Vec::new()),
+        }
+    };
+    let by_event = async {
+        let filter = crate::eventlog::LogFilter {
+            event_id: Some(text.to_owned()),
+            ..Default::default()
+        };
+        rows(c.source.deliveries(&listed(filter)).await?)
+    };
+    let delivery = async {
+        match c.source.delivery(text).await {
+            Ok(d) => Ok(Some(d)),
+            Err(SourceError::NotFound(_) | SourceError::Invalid(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let payments = async {
+        let mut out = Vec::new();
+        if let Some(r) = &reference {
+            for provider in crate::providers::ids() {
+                match c.source.payment(provider, r).await {
+                    Ok(p) => out.push(p),
+                    Err(SourceError::NotFound(_) | SourceError::Invalid(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(out)
+    };
+    let account = async {
+        let Ok(a) = AccountId::parse(text) else {
+            return Ok(None);
+        };
+        let b = match c.source.balance(&a).await {
+            Ok(b) => b,
+            Err(SourceError::NotFound(_) | SourceError::Invalid(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let has = b["entries"].as_u64().unwrap_or(0) > 0
+            || b["balances"].as_object().is_some_and(|m| !m.is_empty());
+        Ok::<_, SourceError>(has.then_some(b))
+    };
+    let (by_reference, by_event, delivery, payments, account, more) = tokio::try_join!(
+        by_reference,
+        by_event,
+        delivery,
+        payments,
+        account,
+        c.source.find(text)
+    )?;
+    Ok(pages::Found {
+        by_reference,
+        by_event,
+        delivery,
+        payments,
+        account,
+        more,
+    })
+}
+
+fn rows(page: Value) -> Result<Vec<Value>, SourceError> {
+    Ok(page["deliveries"].as_array().cloned().unwrap_or_default())
+}
+
+/// Deliveries listed per reading on the search page (each links onward to the full list).
+const SEARCH_ROWS: usize = 20;
 
 /// The outcomes a human acts on, in the order the page lists them.
 const ATTENTION: [Outcome; 4] = [

@@ -806,3 +806,148 @@ mod tests {
         assert!(whole.contains("Money in and out in the last hour, by UTC day"));
     }
 }
+
+/// What one search found, reading by reading.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub by_reference: Vec<Value>,
+    pub by_event: Vec<Value>,
+    pub delivery: Option<Value>,
+    pub payments: Vec<Value>,
+    pub account: Option<Value>,
+    /// Payouts and transaction bindings (the store only; `None` over the read API).
+    pub more: Option<Vec<Value>>,
+}
+
+/// The search page: every reading of the text that found something, each linking onward.
+pub fn search(text: &str, f: &Found) -> String {
+    let mut body = format!(
+        r#"<form method="get" action="/search" class="filters"><label>find <input name="q" value="{}" placeholder="reference, event id, transaction id, payout id, account, delivery id"></label><button type="submit">Search</button></form>"#,
+        esc(text)
+    );
+    if text.is_empty() {
+        return body;
+    }
+    let mut any = false;
+    if let Some(d) = &f.delivery {
+        any = true;
+        let _ = write!(body, "<h2>Delivery</h2>");
+        body.push_str(&table(
+            "found-delivery",
+            &DELIVERY_COLUMNS,
+            &[delivery_row(d)],
+        ));
+    }
+    if !f.payments.is_empty() {
+        any = true;
+        body.push_str("<h2>Payments with this reference</h2>");
+        let rows: Vec<Vec<String>> = f
+            .payments
+            .iter()
+            .map(|p| {
+                let pay = &p["payment"];
+                let source = if pay.is_null() { p } else { pay };
+                vec![
+                    payment_link(s(source, "provider"), s(source, "reference")),
+                    esc(s(source, "provider")),
+                    esc(s(source, "status")),
+                    account_link(s(source, "account")),
+                ]
+            })
+            .collect();
+        body.push_str(&table(
+            "found-payments",
+            &["payment", "provider", "status", "account"],
+            &rows,
+        ));
+    }
+    for (id, title, list, filter) in [
+        (
+            "found-by-reference",
+            "Deliveries naming this reference",
+            &f.by_reference,
+            "reference",
+        ),
+        (
+            "found-by-event",
+            "Deliveries of this provider event id",
+            &f.by_event,
+            "event_id",
+        ),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        any = true;
+        let _ = write!(body, "<h2>{}</h2>", esc(title));
+        let rows: Vec<Vec<String>> = list.iter().map(delivery_row).collect();
+        body.push_str(&table(id, &DELIVERY_COLUMNS, &rows));
+        let _ = write!(
+            body,
+            r#"<p><a href="/deliveries?{}">all of them, with counts and replay</a></p>"#,
+            query(&[(filter, text.to_owned())])
+        );
+    }
+    if let Some(a) = &f.account {
+        any = true;
+        let _ = write!(
+            body,
+            "<h2>Account</h2><p>{} ({} entries)</p>",
+            account_link(s(a, "account")),
+            n(a, "entries")
+        );
+    }
+    for m in f.more.iter().flatten() {
+        any = true;
+        match s(m, "kind") {
+            "payout" => {
+                let p = &m["payout"];
+                let _ = write!(body, "<h2>Payout</h2>");
+                body.push_str(&facts(&[
+                    ("payout", esc(s(p, "payout"))),
+                    ("status", badge(s(p, "status"))),
+                    ("provider", esc(s(p, "provider"))),
+                    ("account", account_link(s(p, "account"))),
+                    ("amount", esc(&money(n(p, "amount"), s(p, "currency")))),
+                    ("provider words", esc(&p["words"].to_string())),
+                    (
+                        "resolve",
+                        "<code>payhook payouts show ".to_owned() + &esc(s(p, "payout")) + "</code>",
+                    ),
+                ]));
+            }
+            _ => {
+                let _ = write!(
+                    body,
+                    "<h2>Provider transaction</h2><p>bound to {} ({})</p>",
+                    payment_link(s(m, "provider"), s(m, "reference")),
+                    esc(s(m, "provider"))
+                );
+            }
+        }
+    }
+    if f.more.is_none() {
+        body.push_str(&note(
+            "nomore",
+            "payouts and provider transaction ids are looked up on the store only: run the console on the store to find them",
+        ));
+    }
+    if !any {
+        body.push_str(&note(
+            "nothing",
+            "nothing has this as its reference, event id, transaction id, payout id, account or delivery id. A merchant's order id is found when it is the payment's reference (PAYHOOK_*_REFERENCE); otherwise search the provider's id for it.",
+        ));
+    }
+    body
+}
+
+fn account_link(account: &str) -> String {
+    if account.is_empty() {
+        return "<em>none</em>".to_owned();
+    }
+    format!(
+        r#"<a href="/accounts/{}">{}</a>"#,
+        enc(account),
+        esc(account)
+    )
+}

@@ -85,6 +85,13 @@ pub trait Source: Send + Sync + 'static {
         &self,
         horizon_ms: i64,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
+    /// What only the store can find by `text`: a payout under that id (`PayoutRecord` as JSON)
+    /// and the payments a provider transaction id is bound to (`{provider, reference}`), or
+    /// `None` when the source cannot look (the read API).
+    fn find(
+        &self,
+        text: &str,
+    ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
     /// Of `keys`, those whose claim is DONE now (someone finished the movement: a replay, the
     /// provider's redelivery, reconciliation), or `None` when the source cannot tell.
     fn settled(
@@ -134,6 +141,24 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         let now = self.store.now_ms();
         let list = read::unsettled_payouts(&self.store, now, horizon_ms, 100).await?;
         Ok(Some(list.iter().map(json).collect::<Result<Vec<_>, _>>()?))
+    }
+
+    async fn find(&self, text: &str) -> Result<Option<Vec<Value>>, SourceError> {
+        let mut found = Vec::new();
+        if let Some(id) = crate::payouts::PayoutId::parse(text) {
+            if let Some(p) = self.store.payout(&id).await? {
+                found.push(serde_json::json!({ "kind": "payout", "payout": json(&p)? }));
+            }
+        }
+        for provider in crate::providers::ids() {
+            if let Some(reference) = self.store.bound_reference(provider, text).await? {
+                found.push(
+                    serde_json::json!({ "kind": "transaction", "provider": provider.as_str(),
+                    "reference": reference.as_str() }),
+                );
+            }
+        }
+        Ok(Some(found))
     }
 
     async fn settled(&self, keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
@@ -356,6 +381,10 @@ impl Source for ApiSource {
     }
 
     async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn find(&self, _text: &str) -> Result<Option<Vec<Value>>, SourceError> {
         Ok(None)
     }
 

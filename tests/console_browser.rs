@@ -188,6 +188,24 @@ async fn the_console_in_headless_chromium() {
     b.goto(&url("/attention")).await;
     assert_eq!(b.text(r#"h2 span.count[data-outcome="parked"]"#).await, "1");
     b.screenshot(&shots().join("attention.png")).await;
+    // AND no page is wider than the window, at 1280 px or on a 375 px phone
+    for width in [1280, 375] {
+        b.resize(width, 900).await;
+        for path in [
+            "/attention",
+            "/deliveries?since=1h",
+            "/traffic?window=day",
+            &format!("/accounts/{ACCOUNT}"),
+        ] {
+            b.goto(&url(path)).await;
+            assert!(
+                b.overflow_px().await <= 0,
+                "{path} at {width} px: {} px too wide",
+                b.overflow_px().await
+            );
+        }
+    }
+    b.resize(1280, 1000).await;
 
     // WHEN the parked refund is replayed: dry run, then confirm
     b.goto(&parked_href).await;

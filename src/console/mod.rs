@@ -942,3 +942,47 @@ pub async fn serve<S: Source>(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CSS;
+
+    /// Relative luminance of `#rrggbb` (WCAG 2).
+    fn luminance(hex: &str) -> f64 {
+        let channel = |i: usize| {
+            let c = f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0)) / 255.0;
+            if c <= 0.039_28 {
+                c / 12.92
+            } else {
+                ((c + 0.055) / 1.055).powf(2.4)
+            }
+        };
+        0.2126 * channel(1) + 0.7152 * channel(3) + 0.0722 * channel(5)
+    }
+
+    /// #33 item 7: every outcome badge's white 12 px text meets WCAG AA (4.5:1) on its colour
+    /// (unassigned was 2.2:1, ignored 3.0, parked 3.1).
+    #[test]
+    fn every_badge_meets_aa_contrast() {
+        let mut checked = 0;
+        for rule in CSS.split('}') {
+            let Some((selector, body)) = rule.split_once('{') else {
+                continue;
+            };
+            if !selector.trim().starts_with(".badge") {
+                continue;
+            }
+            let Some(hex) = body
+                .split("background:")
+                .nth(1)
+                .map(|v| v.trim().trim_end_matches(';').trim())
+            else {
+                continue;
+            };
+            let ratio = (1.0 + 0.05) / (luminance(hex) + 0.05);
+            assert!(ratio >= 4.5, "{selector} {hex}: {ratio:.2}:1");
+            checked += 1;
+        }
+        assert!(checked >= 11, "badges found: {checked}");
+    }
+}

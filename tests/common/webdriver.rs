@@ -208,6 +208,25 @@ impl Browser {
             .to_owned()
     }
 
+    /// Sets the window's outer size (a phone: 375 wide).
+    pub async fn resize(&self, width: u32, height: u32) {
+        let rect = json!({"width": width, "height": height});
+        call("POST", &self.url("/window/rect"), Some(rect)).await;
+    }
+
+    /// How much wider than the viewport the page is, in CSS pixels (0: nothing to scroll
+    /// sideways).
+    pub async fn overflow_px(&self) -> i64 {
+        let js = "return document.documentElement.scrollWidth - window.innerWidth;";
+        let v = call(
+            "POST",
+            &self.url("/execute/sync"),
+            Some(json!({"script": js, "args": []})),
+        )
+        .await;
+        v.as_i64().unwrap_or(i64::MAX)
+    }
+
     /// Saves a PNG of the viewport to `path`.
     pub async fn screenshot(&self, path: &Path) {
         let b64 = call("GET", &self.url("/screenshot"), None).await;

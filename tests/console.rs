@@ -509,8 +509,24 @@ async fn payouts_that_need_a_person_are_on_the_attention_page() {
     assert!(page.body.contains(id.as_str()), "{}", page.body);
     assert!(page.body.contains("not settled past the horizon"));
     assert!(page.body.contains(&format!("payhook payouts show {id}")));
-    // AND the search box finds it by its id, with its account
+    // AND the payouts page lists it, and its filters are exact
     let c = console(&store);
+    let listed = get(&c, "/payouts").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.contains(id.as_str()), "{}", listed.body);
+    let mine = get(&c, "/payouts?account=wallet_p&status=new").await;
+    assert!(
+        mine.body.contains(r#"id="payout-count">1<"#),
+        "{}",
+        mine.body
+    );
+    let other = get(&c, "/payouts?account=wallet_q").await;
+    assert!(
+        other.body.contains(r#"id="payout-count">0<"#),
+        "{}",
+        other.body
+    );
+    // AND the search box finds it by its id, with its account
     let found = get(&c, &format!("/search?q={id}")).await;
     assert_eq!(found.status, 200, "{}", found.body);
     assert!(found.body.contains("<h2>Payout</h2>"), "{}", found.body);
@@ -567,6 +583,27 @@ async fn one_search_box_finds_references_events_accounts_and_deliveries() {
         "{}",
         by_id.body
     );
+    // AND a payment that named no account (so none was recorded) lands on a page that says
+    // what to do next, with what arrived under its reference
+    let no_account = common::event_body(
+        "evt_noacct",
+        "payment.succeeded",
+        serde_json::json!({"reference": "pay_noacct", "amount": 500, "currency": "NGN"}),
+    );
+    let app = app(store.clone(), 30_000);
+    assert_eq!(
+        common::send(&app, common::signed(&no_account)).await.status,
+        200
+    );
+    let missing = get(&c, "/payments/generic/pay_noacct").await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    assert!(
+        missing.body.contains(r#"id="next-step""#)
+            && missing.body.contains("payhook payments expect"),
+        "{}",
+        missing.body
+    );
+    assert_eq!(ids(&missing.body).len(), 1, "{}", missing.body);
     // AND what matches nothing says so, and what to try
     let none = get(&c, "/search?q=ord_7731").await;
     assert_eq!(none.status, 200);

@@ -115,6 +115,7 @@ fn nav(active: &str) -> String {
         ("deliveries", "/deliveries", "Deliveries"),
         ("attention", "/attention", "Needs attention"),
         ("traffic", "/traffic", "Traffic"),
+        ("payouts", "/payouts", "Payouts"),
     ];
     items
         .iter()

@@ -156,6 +156,7 @@ pub fn router<S: Source>(console: Shared<S>) -> Router {
         .route("/accounts/{account}", get(account::<S>))
         .route("/attention", get(attention::<S>))
         .route("/search", get(search::<S>))
+        .route("/payouts", get(payouts::<S>))
         .route("/traffic", get(traffic::<S>))
         .route("/replay", post(replay::<S>))
         .route("/replays/{id}", get(replay_result::<S>))
@@ -499,13 +500,37 @@ async fn payment<S: Source>(
     State(c): State<Shared<S>>,
     Path((provider, reference)): Path<(String, String)>,
 ) -> Response {
-    let result = async {
-        let (p, r) = provider_and_reference(&provider, &reference)?;
-        c.source.payment(p, &r).await
-    }
-    .await;
-    match result {
+    let (p, r) = match provider_and_reference(&provider, &reference) {
+        Ok(pr) => pr,
+        Err(e) => return failed(&c, &e),
+    };
+    match c.source.payment(p, &r).await {
         Ok(v) => render(&c, "Payment", "deliveries", &pages::payment(&v)),
+        // No payment item: say why that happens, and show what did arrive under the reference.
+        Err(SourceError::NotFound(_)) => {
+            let filter = crate::eventlog::LogFilter {
+                reference: Some(r.clone()),
+                ..Default::default()
+            };
+            let q = DeliveryQuery {
+                filter,
+                limit: SEARCH_ROWS,
+                cursor: None,
+                with_bodies: false,
+            };
+            match c.source.deliveries(&q).await.and_then(rows) {
+                Ok(list) => html(
+                    StatusCode::NOT_FOUND,
+                    html::page(
+                        "Payment",
+                        "deliveries",
+                        &c.source.label(),
+                        &pages::no_payment(p.as_str(), r.as_str(), &list),
+                    ),
+                ),
+                Err(e) => failed(&c, &e),
+            }
+        }
         Err(e) => failed(&c, &e),
     }
 }
@@ -625,6 +650,32 @@ async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, So
 fn rows(page: Value) -> Result<Vec<Value>, SourceError> {
     Ok(page["deliveries"].as_array().cloned().unwrap_or_default())
 }
+
+/// Payouts not settled yet, filtered by status and account as asked; each row says what the
+/// provider has said and links onward.
+async fn payouts<S: Source>(
+    State(c): State<Shared<S>>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let pick = |k: &str| q.get(k).map(|v| v.trim().to_owned()).unwrap_or_default();
+    let (status, account) = (pick("status"), pick("account"));
+    match c.source.open_payouts(PAYOUT_ROWS).await {
+        Ok(list) => {
+            let list = list.map(|l| {
+                l.into_iter()
+                    .filter(|p| status.is_empty() || html::s(p, "status") == status)
+                    .filter(|p| account.is_empty() || html::s(p, "account") == account)
+                    .collect::<Vec<_>>()
+            });
+            let body = pages::payouts(&status, &account, list.as_deref(), PAYOUT_ROWS);
+            render(&c, "Payouts", "payouts", &body)
+        }
+        Err(e) => failed(&c, &e),
+    }
+}
+
+/// Open payouts the payouts page reads.
+const PAYOUT_ROWS: usize = 500;
 
 /// Deliveries listed per reading on the search page (each links onward to the full list).
 const SEARCH_ROWS: usize = 20;

@@ -807,6 +807,89 @@ mod tests {
     }
 }
 
+/// A payment reference with no payment item: why that happens, what to run, and what arrived.
+pub fn no_payment(provider: &str, reference: &str, deliveries: &[Value]) -> String {
+    let mut body = note(
+        "no-payment",
+        &format!("payhook has no payment {provider}/{reference}: neither its success nor a registration has arrived."),
+    );
+    let outcomes: Vec<&str> = deliveries.iter().map(|d| s(d, "outcome")).collect();
+    let advice = if outcomes.contains(&"parked") {
+        format!("A refund or dispute of it is parked: it applies when the payment is paid (its credit takes it first). If the provider says it is paid, `payhook reconcile` asks it; or `payhook replay --outcome parked --reference {reference}` once it is.")
+    } else if outcomes.contains(&"unassigned") {
+        format!("Its payment named no account: register it with `payhook payments expect --provider {provider} --reference {reference} --account <ACCOUNT> …`, then `payhook replay --outcome unassigned`.")
+    } else if deliveries.is_empty() {
+        "Nothing has arrived under this reference: check the provider's dashboard for the webhook's deliveries, and the reference the provider sends (PAYHOOK_*_REFERENCE).".to_owned()
+    } else {
+        "Deliveries below name it; open one to see its answer.".to_owned()
+    };
+    let _ = write!(body, r#"<p id="next-step">{}</p>"#, esc(&advice));
+    if !deliveries.is_empty() {
+        body.push_str("<h2>Deliveries naming this reference</h2>");
+        let rows: Vec<Vec<String>> = deliveries.iter().map(delivery_row).collect();
+        body.push_str(&table("deliveries", &DELIVERY_COLUMNS, &rows));
+    }
+    body
+}
+
+/// Open payouts: what each is waiting for, with the provider's words so far.
+pub fn payouts(status: &str, account: &str, list: Option<&[Value]>, cap: usize) -> String {
+    let mut body = String::from(r#"<form method="get" action="/payouts" class="filters">"#);
+    body.push_str(&input("status", "status", status, "reserved, sent, new…"));
+    body.push_str(&input("account", "account", account, "any"));
+    body.push_str(r#"<button type="submit">Filter</button></form>"#);
+    let Some(list) = list else {
+        body.push_str(&note(
+            "nopayouts",
+            "the read API does not list payouts: run the console on the store",
+        ));
+        return body;
+    };
+    let _ = write!(
+        body,
+        r#"<p>Payouts not settled yet (their money stays reserved until the provider's word), oldest first: <span class="count" id="payout-count">{}</span>{}. Settled ones are found by id in the search box.</p>"#,
+        list.len(),
+        if list.len() >= cap { "+" } else { "" }
+    );
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|p| {
+            let id = s(p, "payout");
+            vec![
+                format!(
+                    r#"<a class="payout" href="/search?q={}">{}</a>"#,
+                    enc(id),
+                    esc(id)
+                ),
+                badge(s(p, "status")),
+                esc(s(p, "provider")),
+                account_link(s(p, "account")),
+                esc(&money(n(p, "amount"), s(p, "currency"))),
+                n(p, "sends").to_string(),
+                esc(&p["words"].to_string()),
+                esc(s(p, "provider_status")),
+                esc(&time(n(p, "updated_at_ms"))),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        "payouts",
+        &[
+            "payout",
+            "status",
+            "provider",
+            "account",
+            "amount",
+            "sends",
+            "provider words",
+            "provider status",
+            "last change",
+        ],
+        &rows,
+    ));
+    body
+}
+
 /// What one search found, reading by reading.
 #[derive(Debug, Default)]
 pub struct Found {

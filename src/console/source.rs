@@ -85,6 +85,12 @@ pub trait Source: Send + Sync + 'static {
         &self,
         horizon_ms: i64,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
+    /// Payouts not settled yet (reserved, sent, or waiting for the provider's word), oldest
+    /// first, at most `limit`; `None` when the source cannot list them (the read API).
+    fn open_payouts(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
     /// What only the store can find by `text`: a payout under that id (`PayoutRecord` as JSON)
     /// and the payments a provider transaction id is bound to (`{provider, reference}`), or
     /// `None` when the source cannot look (the read API).
@@ -141,6 +147,11 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         let now = self.store.now_ms();
         let list = read::unsettled_payouts(&self.store, now, horizon_ms, 100).await?;
         Ok(Some(list.iter().map(json).collect::<Result<Vec<_>, _>>()?))
+    }
+
+    async fn open_payouts(&self, limit: usize) -> Result<Option<Vec<Value>>, SourceError> {
+        let open = self.store.open_payouts(i64::MAX, limit).await?;
+        Ok(Some(open.iter().map(json).collect::<Result<Vec<_>, _>>()?))
     }
 
     async fn find(&self, text: &str) -> Result<Option<Vec<Value>>, SourceError> {
@@ -381,6 +392,10 @@ impl Source for ApiSource {
     }
 
     async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn open_payouts(&self, _limit: usize) -> Result<Option<Vec<Value>>, SourceError> {
         Ok(None)
     }
 

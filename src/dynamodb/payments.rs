@@ -838,40 +838,23 @@ impl Payments for DynamoStore {
         transaction_id: &str,
         reference: &Reference,
     ) -> Result<Binding, StoreError> {
-        let table = &self.tables.payments;
         let pk = s(format!("{provider}:txn:{transaction_id}"));
         // An item without `reference` holds debits parked on the unbound transaction: binding
         // it returns them (ALL_NEW), and a later binder reads them back from the bound item.
         let result = self
-            .client
-            .update_item()
-            .table_name(table)
-            .key("pk", pk.clone())
+            .while_unbound(&pk)
             .update_expression(
                 "SET #reference = :ref, created_at_ms = if_not_exists(created_at_ms, :now)",
             )
-            .condition_expression("attribute_not_exists(#reference)")
-            .expression_attribute_names("#reference", "reference")
             .expression_attribute_values(":ref", s(reference.as_str()))
-            .expression_attribute_values(":now", n(self.clock.now_ms()))
             .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         let item = match result {
             Ok(out) => out.attributes,
-            Err(e) => match condition_failed(e, "UpdateItem", table)? {
-                Some(old) => Some(old),
-                None => self.binding_item(&pk).await?,
-            },
+            Err(e) => condition_failed(e, "UpdateItem", &self.tables.payments)?,
         };
-        // Bindings are never deleted, so the item our write made or failed on is still there.
-        let item = item.ok_or_else(|| StoreError::Corrupt {
-            table: table.clone(),
-            key: format!("{provider}:txn:{transaction_id}"),
-            reason: "binding vanished".into(),
-        })?;
-        to_binding(&item, table)
+        self.binding_or_read(item, &pk).await
     }
 
     async fn park_on_transaction(
@@ -880,36 +863,22 @@ impl Payments for DynamoStore {
         transaction_id: &str,
         debit: &ParkedDebit,
     ) -> Result<TransactionPark, StoreError> {
-        let table = &self.tables.payments;
         let pk = s(format!("{provider}:txn:{transaction_id}"));
         let result = self
-            .client
-            .update_item()
-            .table_name(table)
-            .key("pk", pk.clone())
+            .while_unbound(&pk)
             .update_expression(
                 "SET created_at_ms = if_not_exists(created_at_ms, :now) ADD parked_debits :debit",
             )
-            .condition_expression("attribute_not_exists(#reference)")
-            .expression_attribute_names("#reference", "reference")
-            .expression_attribute_values(":now", n(self.clock.now_ms()))
             .expression_attribute_values(":debit", AttributeValue::Ss(vec![debit.tag()]))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         let old = match result {
             Ok(_) => return Ok(TransactionPark::Parked),
-            Err(e) => match condition_failed(e, "UpdateItem", table)? {
-                Some(old) => Some(old),
-                None => self.binding_item(&pk).await?,
-            },
+            Err(e) => condition_failed(e, "UpdateItem", &self.tables.payments)?,
         };
-        let old = old.ok_or_else(|| StoreError::Corrupt {
-            table: table.clone(),
-            key: format!("{provider}:txn:{transaction_id}"),
-            reason: "binding vanished".into(),
-        })?;
-        Ok(TransactionPark::Bound(to_binding(&old, table)?.reference))
+        Ok(TransactionPark::Bound(
+            self.binding_or_read(old, &pk).await?.reference,
+        ))
     }
 
     async fn stop_asking(
@@ -979,19 +948,47 @@ fn to_binding(item: &Item, table: &str) -> Result<Binding, StoreError> {
 }
 
 impl DynamoStore {
-    /// A binding item by a consistent read (a failed condition whose old item the server did
-    /// not return).
-    async fn binding_item(&self, pk: &AttributeValue) -> Result<Option<Item>, StoreError> {
-        let table = &self.tables.payments;
-        Ok(self
-            .client
-            .get_item()
-            .table_name(table)
+    /// An update of a transaction's binding item, only while it is unbound (`:now` set), that
+    /// returns the item when it is bound already.
+    fn while_unbound(&self, pk: &AttributeValue) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.tables.payments)
             .key("pk", pk.clone())
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| unavailable("GetItem", table, e))?
-            .item)
+            .condition_expression("attribute_not_exists(#reference)")
+            .expression_attribute_names("#reference", "reference")
+            .expression_attribute_values(":now", n(self.clock.now_ms()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// The binding a write returned, or (a failed condition whose old item the server did not
+    /// return: dynalite) read back consistently. Bindings are never deleted, so the item a
+    /// write made or failed on is still there.
+    async fn binding_or_read(
+        &self,
+        item: Option<Item>,
+        pk: &AttributeValue,
+    ) -> Result<Binding, StoreError> {
+        let table = &self.tables.payments;
+        let item = match item {
+            Some(item) => Some(item),
+            None => {
+                self.client
+                    .get_item()
+                    .table_name(table)
+                    .key("pk", pk.clone())
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("GetItem", table, e))?
+                    .item
+            }
+        };
+        let item = item.ok_or_else(|| StoreError::Corrupt {
+            table: table.clone(),
+            key: pk.as_s().map_or("?", String::as_str).to_owned(),
+            reason: "binding vanished".into(),
+        })?;
+        to_binding(&item, table)
     }
 }

@@ -211,25 +211,41 @@ pub fn judge_paid(
 #[cfg(test)]
 fn placeholder(facts: &PaymentFacts) -> PaymentRecord {
     PaymentRecord {
-        provider: ProviderId::GENERIC,
-        reference: facts.reference.clone(),
-        status: PaymentStatus::Pending,
         account: facts.account.clone(),
         amount_minor: Some(facts.money.amount.get()),
         currency: Some(facts.money.currency),
-        refunded_minor: 0,
-        refund_keys: Vec::new(),
-        reversed_refund_keys: Vec::new(),
-        paid_key: None,
-        dispute_keys: Vec::new(),
-        disputed_minor: 0,
-        parked_debits: Vec::new(),
-        disputes: Vec::new(),
-        ledger_shard: None,
-        credit_at_ms: None,
-        history: Vec::new(),
-        created_at_ms: 0,
-        updated_at_ms: 0,
+        ..PaymentRecord::blank(
+            ProviderId::GENERIC,
+            &facts.reference,
+            PaymentStatus::Pending,
+        )
+    }
+}
+
+impl PaymentRecord {
+    /// A payment item as a first write makes it: no account, no money, nothing moved.
+    pub fn blank(provider: ProviderId, reference: &Reference, status: PaymentStatus) -> Self {
+        PaymentRecord {
+            provider,
+            reference: reference.clone(),
+            status,
+            account: None,
+            amount_minor: None,
+            currency: None,
+            refunded_minor: 0,
+            refund_keys: Vec::new(),
+            reversed_refund_keys: Vec::new(),
+            paid_key: None,
+            dispute_keys: Vec::new(),
+            disputed_minor: 0,
+            parked_debits: Vec::new(),
+            disputes: Vec::new(),
+            ledger_shard: None,
+            credit_at_ms: None,
+            history: Vec::new(),
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
     }
 }
 

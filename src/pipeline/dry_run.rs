@@ -171,31 +171,6 @@ impl<S: Claims + Send + Sync> Claims for DryRun<S> {
     }
 }
 
-/// A payment item as a first write would make it.
-fn blank(provider: ProviderId, reference: &Reference, status: PaymentStatus) -> PaymentRecord {
-    PaymentRecord {
-        provider,
-        reference: reference.clone(),
-        status,
-        account: None,
-        amount_minor: None,
-        currency: None,
-        refunded_minor: 0,
-        refund_keys: Vec::new(),
-        reversed_refund_keys: Vec::new(),
-        paid_key: None,
-        dispute_keys: Vec::new(),
-        disputed_minor: 0,
-        parked_debits: Vec::new(),
-        disputes: Vec::new(),
-        ledger_shard: None,
-        credit_at_ms: None,
-        history: Vec::new(),
-        created_at_ms: 0,
-        updated_at_ms: 0,
-    }
-}
-
 /// The history entry a pairing-aware write records (amount and decision), or a plain one.
 fn entry(
     key: &IdempotencyKey,
@@ -258,7 +233,7 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
                 PaidJudgement::Decided(outcome) => outcome,
                 PaidJudgement::Recover | PaidJudgement::Retry => {
                     let mut p = existing.unwrap_or_else(|| {
-                        blank(provider, &facts.reference, PaymentStatus::Pending)
+                        PaymentRecord::blank(provider, &facts.reference, PaymentStatus::Pending)
                     });
                     p.account = p
                         .account
@@ -283,7 +258,7 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
         to: PaymentStatus,
     ) -> Result<StateOutcome, StoreError> {
         let Some(e) = self.current(provider, &facts.reference).await? else {
-            let p = blank(provider, &facts.reference, to);
+            let p = PaymentRecord::blank(provider, &facts.reference, to);
             self.keep(&p);
             return Ok(StateOutcome::Applied(p));
         };
@@ -364,7 +339,8 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
         if existing.as_ref().is_some_and(|p| p.status.is_paid()) {
             return Ok(ParkOutcome::PaidMeanwhile);
         }
-        let mut p = existing.unwrap_or_else(|| blank(provider, reference, PaymentStatus::Pending));
+        let mut p = existing
+            .unwrap_or_else(|| PaymentRecord::blank(provider, reference, PaymentStatus::Pending));
         if !p.parked_debits.contains(debit) {
             p.parked_debits.push(debit.clone());
         }

@@ -13,17 +13,16 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from instructions import totals  # noqa: E402  (one reader of callgrind's totals line)
+
 
 def count(floor, rounds, out):
     path = os.path.join(out, f"floor.{rounds}.out")
     env = dict(os.environ, ROUNDS=str(rounds))
     subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={path}", floor],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(path) as f:
-        for line in f:
-            if line.startswith("totals:") or line.startswith("summary:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no totals in {path}")
+    return totals(path)
 
 
 def main():

@@ -298,6 +298,170 @@ pub async fn unsettled_payouts<S: crate::payouts::Payouts>(
         .collect())
 }
 
+const MINUTE_MS: i64 = 60_000;
+
+/// How long after a minute ends its deliveries may still be logged: a delivery is logged with
+/// the time it arrived, after it was processed, and processing ends within the function's
+/// timeout and the claim lease (minutes at most). A minute this old is closed: its counts never
+/// change again, so they are computed once and stored.
+pub const CLOSED_AFTER_MS: i64 = 15 * MINUTE_MS;
+
+/// Deliveries one [`tally`] walks at most (the open minutes, and closed ones not stored yet);
+/// past it the counts are lower bounds, and the next call goes on from the stored minutes.
+pub const TALLY_WALK: usize = 50_000;
+
+/// Deliveries per minute in `[since_ms, until_ms)`, by `{provider}#{outcome}`, exact unless
+/// `complete` is false (then lower bounds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub minutes: crate::eventlog::Rollups,
+    pub complete: bool,
+}
+
+impl Tally {
+    /// Deliveries per outcome, of `provider` if given.
+    pub fn by_outcome(&self, provider: Option<ProviderId>) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for counts in self.minutes.values() {
+            for (key, n) in counts {
+                let Some((p, outcome)) = key.split_once('#') else {
+                    continue;
+                };
+                if provider.is_none_or(|want| want.as_str() == p) {
+                    *out.entry(outcome.to_owned()).or_default() += n;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Counts the log's deliveries per minute without walking the whole window: closed minutes
+/// (older than [`CLOSED_AFTER_MS`] at store time `now_ms`) are read from stored rollups, and a
+/// closed minute not stored yet is counted from the log once and stored; only the open tail and
+/// a window's partial first and last minutes are walked on every call.
+pub async fn tally<S: EventLog>(
+    store: &S,
+    since_ms: i64,
+    until_ms: i64,
+    now_ms: i64,
+) -> Result<Tally, ReadError> {
+    tally_within(store, since_ms, until_ms, now_ms, TALLY_WALK).await
+}
+
+/// [`tally`], walking at most `walk_budget` deliveries.
+pub async fn tally_within<S: EventLog>(
+    store: &S,
+    since_ms: i64,
+    until_ms: i64,
+    now_ms: i64,
+    walk_budget: usize,
+) -> Result<Tally, ReadError> {
+    let first_full = since_ms.div_euclid(MINUTE_MS) * MINUTE_MS
+        + if since_ms.rem_euclid(MINUTE_MS) == 0 {
+            0
+        } else {
+            MINUTE_MS
+        };
+    let closed_end = (now_ms - CLOSED_AFTER_MS).div_euclid(MINUTE_MS) * MINUTE_MS;
+    let full_end = (until_ms.div_euclid(MINUTE_MS) * MINUTE_MS).min(closed_end);
+    let mut tally = Tally {
+        minutes: crate::eventlog::Rollups::new(),
+        complete: true,
+    };
+    let mut budget = walk_budget;
+    if first_full < full_end {
+        let stored = store.rollups(first_full, full_end).await?;
+        // Walk each run of closed minutes not stored yet, oldest first, and store them.
+        let mut m = first_full;
+        while m < full_end {
+            if stored.contains_key(&m) {
+                m += MINUTE_MS;
+                continue;
+            }
+            let mut end = m;
+            while end < full_end && !stored.contains_key(&end) {
+                end += MINUTE_MS;
+            }
+            let (walked, reached) = walk(store, m, end, &mut budget).await?;
+            let mut minute = m;
+            while minute < reached {
+                let counts = walked.get(&minute).cloned().unwrap_or_default();
+                store.put_rollup(minute, &counts).await?;
+                tally.minutes.insert(minute, counts);
+                minute += MINUTE_MS;
+            }
+            if reached < end {
+                tally.complete = false;
+                break;
+            }
+            m = end;
+        }
+        tally.minutes.extend(stored);
+    }
+    // The partial first minute, and everything from the first open (or partial) minute on.
+    let head_end = first_full.min(until_ms).max(since_ms);
+    let tail_start = full_end.max(head_end);
+    for (from, to) in [(since_ms, head_end), (tail_start, until_ms)] {
+        if from >= to {
+            continue;
+        }
+        let (walked, reached) = walk(store, from, to, &mut budget).await?;
+        for (minute, counts) in walked {
+            let into = tally.minutes.entry(minute).or_default();
+            for (k, n) in counts {
+                *into.entry(k).or_default() += n;
+            }
+        }
+        if reached < to {
+            tally.complete = false;
+        }
+    }
+    Ok(tally)
+}
+
+/// Counts `[from_ms, to_ms)` oldest first from the log, by minute, spending `budget`
+/// deliveries; returns the counts and how far they are complete (`to_ms` when whole; else the
+/// start of the minute the budget ran out in, so no partly counted minute is passed on).
+async fn walk<S: EventLog>(
+    store: &S,
+    from_ms: i64,
+    to_ms: i64,
+    budget: &mut usize,
+) -> Result<(crate::eventlog::Rollups, i64), ReadError> {
+    let filter = LogFilter {
+        since_ms: Some(from_ms),
+        until_ms: Some(to_ms),
+        ..LogFilter::default()
+    };
+    let mut out = crate::eventlog::Rollups::new();
+    let mut after = String::new();
+    loop {
+        let page = store
+            .query_oldest_first(&filter, MAX_PAGE.min((*budget).max(1)), &after)
+            .await?;
+        let Some(last) = page.last() else {
+            return Ok((out, to_ms));
+        };
+        if *budget == 0 {
+            let cut = (last.received_at_ms.min(to_ms)).div_euclid(MINUTE_MS) * MINUTE_MS;
+            out.retain(|m, _| *m < cut);
+            return Ok((out, cut.max(from_ms)));
+        }
+        after = last.id.to_string();
+        let full = page.len() == MAX_PAGE.min(*budget);
+        *budget = budget.saturating_sub(page.len());
+        for d in &page {
+            let minute = d.received_at_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+            let key = format!("{}#{}", d.provider, d.outcome);
+            *out.entry(minute).or_default().entry(key).or_default() += 1;
+        }
+        if !full && *budget > 0 {
+            return Ok((out, to_ms));
+        }
+    }
+}
+
 /// Money the webhooks moved, per UTC day and currency: (in, out) in minor units.
 pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
 

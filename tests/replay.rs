@@ -541,3 +541,88 @@ async fn a_dry_run_and_the_confirmed_run_agree_on_every_outcome() {
     assert_eq!(dry.moves.get("w_e NGN"), Some(&-300), "{dry:?}");
     assert_eq!(balance(&store, "w_e").await.0, balance_before - 300);
 }
+
+/// #33 item 7: counts per outcome and minute come from rollups of closed minutes (stored once,
+/// then read instead of walking the log), plus a walk of the open tail and a window's partial
+/// edges: exact, whatever part of the window is closed.
+#[tokio::test]
+async fn tallies_are_exact_and_closed_minutes_are_read_from_their_rollups() {
+    use payhook::read::{tally, CLOSED_AFTER_MS};
+    // GIVEN 300 deliveries over the last 3 hours (some in closed minutes, some still open)
+    let store = store("tally").await;
+    let now = payhook::domain::now_ms();
+    let start = now - 3 * 3_600_000;
+    let outcomes = [Outcome::Applied, Outcome::Replayed, Outcome::Parked];
+    let mut all = Vec::new();
+    for i in 0..300i64 {
+        let d = synthetic(
+            start + i * 36_000 + 13,
+            &format!("t{}", i % 7),
+            outcomes[(i % 3) as usize],
+        );
+        store.append(&d).await.unwrap();
+        all.push(d);
+    }
+    let expect = |since: i64, until: i64| {
+        let mut m = std::collections::BTreeMap::<String, u64>::new();
+        for d in all
+            .iter()
+            .filter(|d| d.received_at_ms >= since && d.received_at_ms < until)
+        {
+            *m.entry(d.outcome.to_string()).or_default() += 1;
+        }
+        m
+    };
+    // WHEN windows with partial edges are tallied, twice
+    for (since, until) in [
+        (start + 1_234, now + 1),
+        (start + 3_600_000 + 59_999, now - 600_000),
+    ] {
+        let first = tally(&store, since, until, now).await.unwrap();
+        let second = tally(&store, since, until, now).await.unwrap();
+        // THEN both are exact
+        assert!(first.complete && second.complete);
+        assert_eq!(first.by_outcome(None), expect(since, until));
+        assert_eq!(second, first);
+    }
+    // AND closed minutes were stored: a delivery written into one afterwards (which the
+    // closing horizon says cannot happen) is not seen, so the count came from the rollup
+    let closed = start + 10 * 60_000 + 5;
+    assert!(closed < now - CLOSED_AFTER_MS);
+    store
+        .append(&synthetic(closed, "late", Outcome::Applied))
+        .await
+        .unwrap();
+    let again = tally(&store, start, now + 1, now).await.unwrap();
+    assert_eq!(again.by_outcome(None), expect(start, now + 1));
+    // AND with a small walk budget on fresh tables, each call stores what it fully counted and
+    // says it is not complete, until the stored minutes carry it to the exact count
+    let fresh = store_for_tally_budget(&all).await;
+    let mut calls = 0;
+    let counted = loop {
+        calls += 1;
+        let t = payhook::read::tally_within(&fresh, start, now + 1, now, 40)
+            .await
+            .unwrap();
+        assert!(calls < 30, "never completes");
+        if t.complete {
+            break t;
+        }
+        assert!(t.by_outcome(None).values().sum::<u64>() <= 300);
+    };
+    assert!(calls > 1);
+    assert_eq!(counted.by_outcome(None), expect(start, now + 1));
+    // AND a provider filter counts only that provider's
+    assert_eq!(
+        again.by_outcome(Some(ProviderId::STRIPE)),
+        std::collections::BTreeMap::new()
+    );
+}
+
+async fn store_for_tally_budget(all: &[Delivery]) -> DynamoStore {
+    let fresh = store("tally_budget").await;
+    for d in all {
+        fresh.append(d).await.unwrap();
+    }
+    fresh
+}

@@ -26,9 +26,14 @@ impl Buckets {
 
     /// Counts one delivery received at `at_ms`; outside the window it is not counted.
     pub fn add(&mut self, at_ms: i64, outcome: &str) {
+        self.add_n(at_ms, outcome, 1);
+    }
+
+    /// Counts `n` deliveries received at `at_ms` (a minute's rollup).
+    pub fn add_n(&mut self, at_ms: i64, outcome: &str, n: u64) {
         let i = (at_ms - self.start_ms).div_euclid(self.width_ms.max(1));
         if let Some(bucket) = usize::try_from(i).ok().and_then(|i| self.counts.get_mut(i)) {
-            *bucket.entry(outcome.to_owned()).or_default() += 1;
+            *bucket.entry(outcome.to_owned()).or_default() += n;
         }
     }
 

@@ -453,11 +453,7 @@ async fn deliveries<S: Source>(State(c): State<Shared<S>>, RawQuery(raw): RawQue
         let f = filter_of(&p, now)?;
         let q = query_of(&f, p.get("cursor").map(String::as_str), now)?;
         let page = c.source.deliveries(&q).await?;
-        let (window, all) = all_of(&c, &query_of(&f.any_outcome(), None, now)?, COUNT_CAP).await?;
-        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-        for d in &window {
-            *counts.entry(html::s(d, "outcome").to_owned()).or_default() += 1;
-        }
+        let (counts, all) = window_counts(&c, &f, now).await?;
         let csrf = c.replay.as_ref().map(|_| c.csrf.as_str());
         Ok::<_, SourceError>(pages::deliveries(&f, &page, &counts, all, csrf, &p))
     }
@@ -474,6 +470,37 @@ async fn deliveries<S: Source>(State(c): State<Shared<S>>, RawQuery(raw): RawQue
         }
         Err(e) => failed(&c, &e),
     }
+}
+
+/// The window's deliveries per outcome: from the log's rollups when the filter is a time
+/// window (and a provider), else by walking the (small) selection.
+async fn window_counts<S: Source>(
+    c: &Console<S>,
+    f: &Filter,
+    now: i64,
+) -> Result<(BTreeMap<String, u64>, bool), SourceError> {
+    if let (Some(since), Some(until), true, true) = (
+        f.since_ms,
+        f.until_ms,
+        f.reference.is_empty(),
+        f.event_id.is_empty(),
+    ) {
+        let provider = match f.provider.as_str() {
+            "" => None,
+            p => Some(ProviderId::parse(p).ok_or_else(|| {
+                SourceError::Invalid(format!("provider {p:?} is not a provider name"))
+            })?),
+        };
+        if let Some(t) = c.source.tally(since, until).await? {
+            return Ok((t.by_outcome(provider), t.complete));
+        }
+    }
+    let (window, all) = all_of(c, &query_of(&f.any_outcome(), None, now)?, COUNT_CAP).await?;
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for d in &window {
+        *counts.entry(html::s(d, "outcome").to_owned()).or_default() += 1;
+    }
+    Ok((counts, all))
 }
 
 async fn delivery<S: Source>(State(c): State<Shared<S>>, Path(id): Path<String>) -> Response {
@@ -789,11 +816,25 @@ async fn traffic<S: Source>(
             limit: MAX_PAGE,
             ..Filter::default()
         };
-        let (list, all) = all_of(&c, &query_of(&f, None, now)?, COUNT_CAP).await?;
         let mut buckets = chart::Buckets::new(start_ms, width_ms, bucket_count);
-        for d in &list {
-            buckets.add(html::n(d, "received_at_ms"), html::s(d, "outcome"));
-        }
+        let all = match c.source.tally(start_ms, now + 1).await? {
+            Some(t) => {
+                for (minute, counts) in &t.minutes {
+                    for (key, n) in counts {
+                        let outcome = key.split_once('#').map_or(key.as_str(), |(_, o)| o);
+                        buckets.add_n(*minute, outcome, *n);
+                    }
+                }
+                t.complete
+            }
+            None => {
+                let (list, all) = all_of(&c, &query_of(&f, None, now)?, COUNT_CAP).await?;
+                for d in &list {
+                    buckets.add(html::n(d, "received_at_ms"), html::s(d, "outcome"));
+                }
+                all
+            }
+        };
         let money = match &c.replay {
             Some(ops) => {
                 let counted = crate::read::money_moved(

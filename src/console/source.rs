@@ -85,6 +85,13 @@ pub trait Source: Send + Sync + 'static {
         &self,
         horizon_ms: i64,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
+    /// Deliveries per minute in `[since_ms, until_ms)` from the log's rollups
+    /// ([`read::tally`]), or `None` when the source has none (the read API: pages walk).
+    fn tally(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<Option<read::Tally>, SourceError>> + Send;
     /// Payouts not settled yet (reserved, sent, or waiting for the provider's word), oldest
     /// first, at most `limit`; `None` when the source cannot list them (the read API).
     fn open_payouts(
@@ -147,6 +154,17 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         let now = self.store.now_ms();
         let list = read::unsettled_payouts(&self.store, now, horizon_ms, 100).await?;
         Ok(Some(list.iter().map(json).collect::<Result<Vec<_>, _>>()?))
+    }
+
+    async fn tally(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<read::Tally>, SourceError> {
+        let now = self.store.now_ms();
+        Ok(Some(
+            read::tally(&self.store, since_ms, until_ms, now).await?,
+        ))
     }
 
     async fn open_payouts(&self, limit: usize) -> Result<Option<Vec<Value>>, SourceError> {
@@ -392,6 +410,10 @@ impl Source for ApiSource {
     }
 
     async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn tally(&self, _since: i64, _until: i64) -> Result<Option<read::Tally>, SourceError> {
         Ok(None)
     }
 

@@ -14,7 +14,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
-use crate::eventlog::{utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, Outcome};
+use crate::eventlog::{
+    utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, Rollups,
+};
 use crate::store::StoreError;
 
 /// Greater than any delivery id (ids start with digits).
@@ -519,6 +521,75 @@ impl EventLog for DynamoStore {
             Ok(_) => Ok(()),
             // Marked already (a concurrent pass), or expired from the log: nothing to do.
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
+        }
+    }
+
+    async fn rollups(&self, from_ms: i64, to_ms: i64) -> Result<Rollups, StoreError> {
+        let table = &self.tables.events;
+        let mut out = Rollups::new();
+        let mut day_ms = from_ms.div_euclid(DAY_MS) * DAY_MS;
+        while day_ms < to_ms {
+            let mut start: Option<Item> = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(table)
+                    .key_condition_expression("pk = :pk AND sk BETWEEN :a AND :b")
+                    .expression_attribute_values(":pk", s(format!("rollup#{}", utc_day(day_ms))))
+                    .expression_attribute_values(":a", s(format!("{from_ms:013}")))
+                    .expression_attribute_values(":b", s(format!("{:013}", to_ms - 1)))
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("Query", table, e))?;
+                for item in page.items() {
+                    let r = Reader::new(item, table);
+                    let minute: i64 = r.str("sk")?.parse().map_err(|_| r.corrupt("sk"))?;
+                    let mut counts = MinuteCounts::new();
+                    if let Some(AttributeValue::M(m)) = item.get("counts") {
+                        for (k, v) in m {
+                            let n = v.as_n().ok().and_then(|n| n.parse::<u64>().ok());
+                            counts.insert(k.clone(), n.ok_or_else(|| r.corrupt("counts"))?);
+                        }
+                    }
+                    out.insert(minute, counts);
+                }
+                match page.last_evaluated_key {
+                    Some(k) => start = Some(k),
+                    None => break,
+                }
+            }
+            day_ms += DAY_MS;
+        }
+        Ok(out)
+    }
+
+    async fn put_rollup(&self, minute_ms: i64, counts: &MinuteCounts) -> Result<(), StoreError> {
+        let table = &self.tables.events;
+        let map = counts
+            .iter()
+            .map(|(k, v)| (k.clone(), n(i64::try_from(*v).unwrap_or(i64::MAX))))
+            .collect();
+        let result = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", s(format!("rollup#{}", utc_day(minute_ms))))
+            .item("sk", s(format!("{minute_ms:013}")))
+            .item("counts", AttributeValue::M(map))
+            .item(
+                "expires_at_s",
+                n(expires_at_s(minute_ms, self.settings.log_retention_s)),
+            )
+            .condition_expression("attribute_not_exists(sk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // Stored already (the same counts: the minute is closed).
+            Err(e) => condition_failed(e, "PutItem", table).map(|_| ()),
         }
     }
 

@@ -201,7 +201,26 @@ pub trait EventLog: Sync {
         &self,
         delivery: &Delivery,
     ) -> impl Future<Output = Result<Delivery, StoreError>> + Send;
+    /// The stored counts of closed minutes starting in `[from_ms, to_ms)`: minute start ->
+    /// (`{provider}#{outcome}` -> deliveries). See [`crate::read::tally`].
+    fn rollups(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> impl Future<Output = Result<Rollups, StoreError>> + Send;
+    /// Stores a closed minute's counts once (another store of that minute changes nothing:
+    /// a closed minute's deliveries never change, so every computation of it is the same).
+    fn put_rollup(
+        &self,
+        minute_ms: i64,
+        counts: &MinuteCounts,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// One minute's deliveries: `{provider}#{outcome}` -> how many.
+pub type MinuteCounts = std::collections::BTreeMap<String, u64>;
+/// Minutes (their start, epoch ms) and their counts.
+pub type Rollups = std::collections::BTreeMap<i64, MinuteCounts>;
 
 /// UTC calendar day `YYYY-MM-DD` of an epoch-ms instant, used to bucket the time index.
 pub fn utc_day(epoch_ms: i64) -> String {

@@ -25,7 +25,7 @@ use crate::domain::{
     DisputeFacts, DisputeMovement, Fingerprint, IdempotencyKey, PaymentFacts, PaymentStatus,
     ProviderId, Reference, RefundFacts, StateFacts, TransferState,
 };
-use crate::eventlog::{Delivery, EventLog, LogFilter, LogPage, Outcome};
+use crate::eventlog::{Delivery, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, Rollups};
 use crate::idempotency::{
     judge_existing, ClaimOutcome, ClaimRecord, Claims, Existing, FinalizeOutcome, OwnerToken,
     StoredResponse,
@@ -504,6 +504,15 @@ impl<S: EventLog + Send + Sync> EventLog for DryRun<S> {
 
     async fn with_body(&self, delivery: &Delivery) -> Result<Delivery, StoreError> {
         self.inner.with_body(delivery).await
+    }
+
+    async fn rollups(&self, from_ms: i64, to_ms: i64) -> Result<Rollups, StoreError> {
+        self.inner.rollups(from_ms, to_ms).await
+    }
+
+    /// Not stored: a dry run writes nothing, not even a cache.
+    async fn put_rollup(&self, _minute_ms: i64, _counts: &MinuteCounts) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -357,6 +357,36 @@ pub async fn tally_within<S: EventLog>(
     now_ms: i64,
     walk_budget: usize,
 ) -> Result<Tally, ReadError> {
+    let window = (since_ms, until_ms, now_ms);
+    rolled_up(store, &Counted::Deliveries, window, walk_budget).await
+}
+
+/// What a walk counts per minute.
+enum Counted<'a> {
+    /// Deliveries by `{provider}#{outcome}`.
+    Deliveries,
+    /// Money the applied deliveries moved, read from their bodies through the providers' own
+    /// mapping: `{currency}#in`, `{currency}#out`.
+    Money(&'a crate::providers::Providers),
+}
+
+impl Counted<'_> {
+    fn kind(&self) -> crate::eventlog::RollupKind {
+        match self {
+            Counted::Deliveries => crate::eventlog::RollupKind::Deliveries,
+            Counted::Money(_) => crate::eventlog::RollupKind::Money,
+        }
+    }
+}
+
+/// Per-minute counts over `(since, until, now)`: stored rollups of closed minutes (computed
+/// once when missing), plus a walk of the partial edges and the open tail.
+async fn rolled_up<S: EventLog>(
+    store: &S,
+    what: &Counted<'_>,
+    (since_ms, until_ms, now_ms): (i64, i64, i64),
+    walk_budget: usize,
+) -> Result<Tally, ReadError> {
     let first_full = since_ms.div_euclid(MINUTE_MS) * MINUTE_MS
         + if since_ms.rem_euclid(MINUTE_MS) == 0 {
             0
@@ -371,7 +401,7 @@ pub async fn tally_within<S: EventLog>(
     };
     let mut budget = walk_budget;
     if first_full < full_end {
-        let stored = store.rollups(first_full, full_end).await?;
+        let stored = store.rollups(what.kind(), first_full, full_end).await?;
         // Walk each run of closed minutes not stored yet, oldest first, and store them.
         let mut m = first_full;
         while m < full_end {
@@ -383,11 +413,11 @@ pub async fn tally_within<S: EventLog>(
             while end < full_end && !stored.contains_key(&end) {
                 end += MINUTE_MS;
             }
-            let (walked, reached) = walk(store, m, end, &mut budget).await?;
+            let (walked, reached) = walk(store, what, m, end, &mut budget).await?;
             let mut minute = m;
             while minute < reached {
                 let counts = walked.get(&minute).cloned().unwrap_or_default();
-                store.put_rollup(minute, &counts).await?;
+                store.put_rollup(what.kind(), minute, &counts).await?;
                 tally.minutes.insert(minute, counts);
                 minute += MINUTE_MS;
             }
@@ -406,7 +436,7 @@ pub async fn tally_within<S: EventLog>(
         if from >= to {
             continue;
         }
-        let (walked, reached) = walk(store, from, to, &mut budget).await?;
+        let (walked, reached) = walk(store, what, from, to, &mut budget).await?;
         for (minute, counts) in walked {
             let into = tally.minutes.entry(minute).or_default();
             for (k, n) in counts {
@@ -425,6 +455,7 @@ pub async fn tally_within<S: EventLog>(
 /// start of the minute the budget ran out in, so no partly counted minute is passed on).
 async fn walk<S: EventLog>(
     store: &S,
+    what: &Counted<'_>,
     from_ms: i64,
     to_ms: i64,
     budget: &mut usize,
@@ -451,10 +482,14 @@ async fn walk<S: EventLog>(
         after = last.id.to_string();
         let full = page.len() == MAX_PAGE.min(*budget);
         *budget = budget.saturating_sub(page.len());
-        for d in &page {
-            let minute = d.received_at_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-            let key = format!("{}#{}", d.provider, d.outcome);
-            *out.entry(minute).or_default().entry(key).or_default() += 1;
+        match what {
+            Counted::Deliveries => {
+                for d in &page {
+                    let key = format!("{}#{}", d.provider, d.outcome);
+                    *out.entry(minute_of(d)).or_default().entry(key).or_default() += 1;
+                }
+            }
+            Counted::Money(providers) => count_money(store, providers, &page, &mut out).await?,
         }
         if !full && *budget > 0 {
             return Ok((out, to_ms));
@@ -465,37 +500,61 @@ async fn walk<S: EventLog>(
 /// Money the webhooks moved, per UTC day and currency: (in, out) in minor units.
 pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
 
-/// Money moved by the applied deliveries received in `[since_ms, until_ms)`, read from their
-/// bodies through the providers' own mapping (the money facts each event carries): payments,
-/// refund reversals and dispute reinstatements in; refunds and dispute withdrawals out. At most
-/// `max_bodies` bodies are read; the flag says whether every applied delivery was counted.
+/// Money moved by the applied deliveries received in `[since_ms, until_ms)` (at store time
+/// `now_ms`), per UTC day and currency: payments, refund reversals and dispute reinstatements
+/// in; refunds and dispute withdrawals out. Closed minutes come from stored money rollups
+/// (counted from the bodies once); the open tail is read. At most `max_walk` deliveries are
+/// walked; the flag says whether every applied delivery was counted.
 pub async fn money_moved<S: EventLog>(
     store: &S,
     providers: &crate::providers::Providers,
-    since_ms: i64,
-    until_ms: i64,
-    max_bodies: usize,
+    (since_ms, until_ms, now_ms): (i64, i64, i64),
+    max_walk: usize,
 ) -> Result<(MoneyByDay, bool), ReadError> {
-    use crate::domain::{DisputeMovement, EventKind};
-    let filter = LogFilter {
-        since_ms: Some(since_ms),
-        until_ms: Some(until_ms),
-        ..LogFilter::default()
-    };
+    let window = (since_ms, until_ms, now_ms);
+    let t = rolled_up(store, &Counted::Money(providers), window, max_walk).await?;
     let mut out = MoneyByDay::new();
-    let (mut read, mut cursor) = (0usize, None::<String>);
-    loop {
-        let page = store.query(&filter, MAX_PAGE, cursor.as_deref()).await?;
-        for d in page
-            .deliveries
-            .iter()
-            .filter(|d| d.outcome == Outcome::Applied)
-        {
-            if read == max_bodies {
-                return Ok((out, false));
+    for (minute, sums) in &t.minutes {
+        for (key, amount) in sums {
+            let Some((currency, way)) = key.split_once('#') else {
+                continue;
+            };
+            let entry = out
+                .entry((crate::eventlog::utc_day(*minute), currency.to_owned()))
+                .or_default();
+            let amount = i64::try_from(*amount).unwrap_or(i64::MAX);
+            if way == "in" {
+                entry.0 = entry.0.saturating_add(amount);
+            } else {
+                entry.1 = entry.1.saturating_add(amount);
             }
-            read += 1;
-            let Ok(event) = crate::replay::event_of(providers, &store.with_body(d).await?) else {
+        }
+    }
+    Ok((out, t.complete))
+}
+
+fn minute_of(d: &Delivery) -> i64 {
+    d.received_at_ms.div_euclid(MINUTE_MS) * MINUTE_MS
+}
+
+/// Adds the money of the applied deliveries of `page` to their minutes, reading their bodies a
+/// batch at once.
+async fn count_money<S: EventLog>(
+    store: &S,
+    providers: &crate::providers::Providers,
+    page: &[Delivery],
+    out: &mut crate::eventlog::Rollups,
+) -> Result<(), ReadError> {
+    use crate::domain::{DisputeMovement, EventKind};
+    let applied: Vec<&Delivery> = page
+        .iter()
+        .filter(|d| d.outcome == Outcome::Applied)
+        .collect();
+    for batch in applied.chunks(BODY_READS_AT_ONCE) {
+        let bodies =
+            futures::future::try_join_all(batch.iter().map(|d| store.with_body(d))).await?;
+        for d in bodies {
+            let Ok(event) = crate::replay::event_of(providers, &d) else {
                 continue;
             };
             let (money, incoming) = match &event.kind {
@@ -507,24 +566,22 @@ pub async fn money_moved<S: EventLog>(
                 }
                 _ => continue,
             };
-            let key = (
-                crate::eventlog::utc_day(d.received_at_ms),
-                money.currency.as_str().to_owned(),
-            );
-            let entry = out.entry(key).or_default();
-            let amount = money.amount.get();
-            if incoming {
-                entry.0 = entry.0.saturating_add(amount);
-            } else {
-                entry.1 = entry.1.saturating_add(amount);
-            }
-        }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok((out, true)),
+            let way = if incoming { "in" } else { "out" };
+            let key = format!("{}#{way}", money.currency.as_str());
+            let amount = u64::try_from(money.amount.get()).unwrap_or(0);
+            let sum = out
+                .entry(minute_of(&d))
+                .or_default()
+                .entry(key)
+                .or_default();
+            *sum = sum.saturating_add(amount);
         }
     }
+    Ok(())
 }
+
+/// Body reads in flight at once for the money figures.
+const BODY_READS_AT_ONCE: usize = 32;
 
 /// The opaque page cursor: the last delivery id of a page (exclusive bound of the next),
 /// base64url-encoded and versioned so its form can change without breaking old pages silently.

@@ -55,6 +55,7 @@ use serde_json::{json, Value};
 use crate::domain::{now_ms, AccountId, ProviderId, Reference};
 use crate::dynamodb::DynamoStore;
 use crate::eventlog::Outcome;
+use crate::idempotency::Claims;
 use crate::read::{DeliveryQuery, MAX_PAGE};
 use crate::reconcile::invoke::Ops;
 use pages::Filter;
@@ -68,8 +69,9 @@ const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; f
 
 /// How many deliveries a page counts (outcome counts, traffic) before it says it stopped.
 pub const COUNT_CAP: usize = 20_000;
-/// How many bodies the traffic page reads for its money figures.
-pub const MONEY_BODIES: usize = 2_000;
+/// How many deliveries the traffic page's money figures walk at most (their bodies are read for
+/// the applied ones); closed minutes are stored as they are counted, so a later load goes on.
+pub const MONEY_WALK: usize = 20_000;
 
 /// A running console.
 pub struct Console<S> {
@@ -837,14 +839,10 @@ async fn traffic<S: Source>(
         };
         let money = match &c.replay {
             Some(ops) => {
-                let counted = crate::read::money_moved(
-                    ops.pipeline.store(),
-                    &ops.providers,
-                    start_ms,
-                    now + 1,
-                    MONEY_BODIES,
-                )
-                .await?;
+                let store = ops.pipeline.store();
+                let window = (start_ms, now + 1, store.now_ms());
+                let counted =
+                    crate::read::money_moved(store, &ops.providers, window, MONEY_WALK).await?;
                 Some(counted)
             }
             None => None,

@@ -15,7 +15,8 @@ use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
 use crate::eventlog::{
-    utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, Rollups,
+    utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, RollupKind,
+    Rollups,
 };
 use crate::store::StoreError;
 
@@ -524,7 +525,12 @@ impl EventLog for DynamoStore {
         }
     }
 
-    async fn rollups(&self, from_ms: i64, to_ms: i64) -> Result<Rollups, StoreError> {
+    async fn rollups(
+        &self,
+        kind: RollupKind,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Rollups, StoreError> {
         let table = &self.tables.events;
         let mut out = Rollups::new();
         let mut day_ms = from_ms.div_euclid(DAY_MS) * DAY_MS;
@@ -536,7 +542,10 @@ impl EventLog for DynamoStore {
                     .query()
                     .table_name(table)
                     .key_condition_expression("pk = :pk AND sk BETWEEN :a AND :b")
-                    .expression_attribute_values(":pk", s(format!("rollup#{}", utc_day(day_ms))))
+                    .expression_attribute_values(
+                        ":pk",
+                        s(format!("{}#{}", kind.prefix(), utc_day(day_ms))),
+                    )
                     .expression_attribute_values(":a", s(format!("{from_ms:013}")))
                     .expression_attribute_values(":b", s(format!("{:013}", to_ms - 1)))
                     .consistent_read(true)
@@ -566,7 +575,12 @@ impl EventLog for DynamoStore {
         Ok(out)
     }
 
-    async fn put_rollup(&self, minute_ms: i64, counts: &MinuteCounts) -> Result<(), StoreError> {
+    async fn put_rollup(
+        &self,
+        kind: RollupKind,
+        minute_ms: i64,
+        counts: &MinuteCounts,
+    ) -> Result<(), StoreError> {
         let table = &self.tables.events;
         let map = counts
             .iter()
@@ -576,7 +590,7 @@ impl EventLog for DynamoStore {
             .client
             .put_item()
             .table_name(table)
-            .item("pk", s(format!("rollup#{}", utc_day(minute_ms))))
+            .item("pk", s(format!("{}#{}", kind.prefix(), utc_day(minute_ms))))
             .item("sk", s(format!("{minute_ms:013}")))
             .item("counts", AttributeValue::M(map))
             .item(

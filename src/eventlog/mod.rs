@@ -205,6 +205,7 @@ pub trait EventLog: Sync {
     /// (`{provider}#{outcome}` -> deliveries). See [`crate::read::tally`].
     fn rollups(
         &self,
+        kind: RollupKind,
         from_ms: i64,
         to_ms: i64,
     ) -> impl Future<Output = Result<Rollups, StoreError>> + Send;
@@ -212,9 +213,29 @@ pub trait EventLog: Sync {
     /// a closed minute's deliveries never change, so every computation of it is the same).
     fn put_rollup(
         &self,
+        kind: RollupKind,
         minute_ms: i64,
         counts: &MinuteCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// What a minute's rollup counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollupKind {
+    /// Deliveries: `{provider}#{outcome}` -> how many.
+    Deliveries,
+    /// Money the applied deliveries moved: `{currency}#in` / `{currency}#out` -> minor units.
+    Money,
+}
+
+impl RollupKind {
+    /// The partition prefix of its items (`{prefix}#{UTC day}`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            RollupKind::Deliveries => "rollup",
+            RollupKind::Money => "money",
+        }
+    }
 }
 
 /// One minute's deliveries: `{provider}#{outcome}` -> how many.

@@ -25,7 +25,9 @@ use crate::domain::{
     DisputeFacts, DisputeMovement, Fingerprint, IdempotencyKey, PaymentFacts, PaymentStatus,
     ProviderId, Reference, RefundFacts, StateFacts, TransferState,
 };
-use crate::eventlog::{Delivery, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, Rollups};
+use crate::eventlog::{
+    Delivery, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, RollupKind, Rollups,
+};
 use crate::idempotency::{
     judge_existing, ClaimOutcome, ClaimRecord, Claims, Existing, FinalizeOutcome, OwnerToken,
     StoredResponse,
@@ -506,12 +508,22 @@ impl<S: EventLog + Send + Sync> EventLog for DryRun<S> {
         self.inner.with_body(delivery).await
     }
 
-    async fn rollups(&self, from_ms: i64, to_ms: i64) -> Result<Rollups, StoreError> {
-        self.inner.rollups(from_ms, to_ms).await
+    async fn rollups(
+        &self,
+        kind: RollupKind,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Rollups, StoreError> {
+        self.inner.rollups(kind, from_ms, to_ms).await
     }
 
     /// Not stored: a dry run writes nothing, not even a cache.
-    async fn put_rollup(&self, _minute_ms: i64, _counts: &MinuteCounts) -> Result<(), StoreError> {
+    async fn put_rollup(
+        &self,
+        _kind: RollupKind,
+        _minute_ms: i64,
+        _counts: &MinuteCounts,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
 }

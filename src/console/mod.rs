@@ -762,23 +762,27 @@ async fn still_waiting<S: Source>(
 async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
     let now = now_ms();
     let result = async {
-        let mut by_outcome = Vec::new();
-        for outcome in ATTENTION {
-            let f = Filter {
-                outcome: outcome.as_str().to_owned(),
-                since_ms: Some(now - crate::http::read::MAX_WINDOW_MS + 1),
-                until_ms: Some(now),
-                limit: MAX_PAGE,
-                ..Filter::default()
-            };
-            let (list, complete) = all_of(&c, &query_of(&f, None, now)?, ATTENTION_ROWS).await?;
-            by_outcome.push(still_waiting(&c, outcome, list, complete).await?);
-        }
-        let open = c.source.open_payments(now - c.pending_after_ms).await?;
-        let payouts = c
-            .source
-            .unsettled_payouts(c.payout_unresolved_after_ms)
-            .await?;
+        // Each outcome's week of sparse-index partitions, and the open payments and payouts,
+        // read at once.
+        let lists = ATTENTION.map(|outcome| {
+            let c = &c;
+            async move {
+                let f = Filter {
+                    outcome: outcome.as_str().to_owned(),
+                    since_ms: Some(now - crate::http::read::MAX_WINDOW_MS + 1),
+                    until_ms: Some(now),
+                    limit: MAX_PAGE,
+                    ..Filter::default()
+                };
+                let (list, complete) = all_of(c, &query_of(&f, None, now)?, ATTENTION_ROWS).await?;
+                still_waiting(c, outcome, list, complete).await
+            }
+        });
+        let (by_outcome, open, payouts) = tokio::try_join!(
+            futures::future::try_join_all(lists),
+            c.source.open_payments(now - c.pending_after_ms),
+            c.source.unsettled_payouts(c.payout_unresolved_after_ms),
+        )?;
         Ok::<_, SourceError>(pages::attention(
             &by_outcome,
             open.as_deref(),

@@ -12,7 +12,6 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 use crate::domain::{AccountId, ProviderId, Reference};
-use crate::idempotency::ClaimState;
 use crate::pipeline::Store;
 use crate::read::{self, DeliveryQuery, ReadError};
 use crate::store::StoreError;
@@ -191,28 +190,14 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
     }
 
     async fn settled(&self, keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
-        use futures::StreamExt;
-        let reads = futures::stream::iter(keys.iter().cloned())
-            .map(|k| async move {
-                let key = crate::domain::IdempotencyKey::from_stored(k.clone());
-                let claim = self.store.get_claim(&key).await?;
-                let done = claim.is_some_and(|c| matches!(c.state, ClaimState::Done(_)));
-                Ok::<_, StoreError>(done.then_some(k))
-            })
-            .buffer_unordered(SETTLED_READS_AT_ONCE);
-        let found: Vec<Result<Option<String>, StoreError>> = reads.collect().await;
-        let mut done = HashSet::new();
-        for r in found {
-            if let Some(k) = r? {
-                done.insert(k);
-            }
-        }
-        Ok(Some(done))
+        let keys: Vec<crate::domain::IdempotencyKey> = keys
+            .iter()
+            .map(|k| crate::domain::IdempotencyKey::from_stored(k.clone()))
+            .collect();
+        let done = self.store.done_among(&keys).await?;
+        Ok(Some(done.into_iter().map(|k| k.to_string()).collect()))
     }
 }
-
-/// Claim reads in flight at once for the attention page: one consistent `GetItem` each.
-const SETTLED_READS_AT_ONCE: usize = 16;
 
 /// A deployed stack's read API (`https://{api}.execute-api.{region}.amazonaws.com`), every GET
 /// signed with SigV4 (`execute-api`) from the standard credential chain, so the console needs no

@@ -167,6 +167,13 @@ pub trait Claims: Sync {
         &self,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<ClaimRecord>, StoreError>> + Send;
+
+    /// Of `keys`, those whose claim is DONE (a batch read: the console's needs-attention page
+    /// asks this of every delivery it lists).
+    fn done_among(
+        &self,
+        keys: &[IdempotencyKey],
+    ) -> impl Future<Output = Result<std::collections::HashSet<IdempotencyKey>, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -171,6 +171,13 @@ impl<S: Claims + Send + Sync> Claims for DryRun<S> {
     async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError> {
         self.inner.get_claim(key).await
     }
+
+    async fn done_among(
+        &self,
+        keys: &[IdempotencyKey],
+    ) -> Result<std::collections::HashSet<IdempotencyKey>, StoreError> {
+        self.inner.done_among(keys).await
+    }
 }
 
 /// The history entry a pairing-aware write records (amount and decision), or a plain one.

@@ -450,6 +450,32 @@ async fn rolled_up<S: EventLog>(
     Ok(tally)
 }
 
+/// Stores the rollups (deliveries and money) of every closed minute of `[since_ms, until_ms)`
+/// not stored yet, a walk budget at a time, so the pages that read them later find them all:
+/// what the console runs in the background when it starts, so no operator's first page pays
+/// for a week of log. True when everything was stored within `max_calls` walks of each kind
+/// (else later pages store the rest).
+pub async fn warm_rollups<S: EventLog>(
+    store: &S,
+    providers: &crate::providers::Providers,
+    window: (i64, i64, i64),
+    max_calls: usize,
+) -> Result<bool, ReadError> {
+    for what in [Counted::Deliveries, Counted::Money(providers)] {
+        let mut complete = false;
+        for _ in 0..max_calls {
+            if rolled_up(store, &what, window, TALLY_WALK).await?.complete {
+                complete = true;
+                break;
+            }
+        }
+        if !complete {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Counts `[from_ms, to_ms)` oldest first from the log, by minute, spending `budget`
 /// deliveries; returns the counts and how far they are complete (`to_ms` when whole; else the
 /// start of the minute the budget ran out in, so no partly counted minute is passed on).

@@ -612,6 +612,23 @@ async fn tallies_are_exact_and_closed_minutes_are_read_from_their_rollups() {
     };
     assert!(calls > 1);
     assert_eq!(counted.by_outcome(None), expect(start, now + 1));
+    // AND warming stores every closed minute's rollups of both kinds, so no page walks them
+    let warmed = store_for_tally_budget(&all).await;
+    let (providers, _) = config(30_000).providers();
+    let window = (start, now + 1, now);
+    assert!(payhook::read::warm_rollups(&warmed, &providers, window, 5)
+        .await
+        .unwrap());
+    let first = (start / 60_000 + 1) * 60_000;
+    let closed_end = (now - CLOSED_AFTER_MS) / 60_000 * 60_000;
+    let minutes = usize::try_from((closed_end - first) / 60_000).unwrap();
+    for kind in [
+        payhook::eventlog::RollupKind::Deliveries,
+        payhook::eventlog::RollupKind::Money,
+    ] {
+        let stored = warmed.rollups(kind, first, closed_end).await.unwrap();
+        assert_eq!(stored.len(), minutes, "{kind:?}");
+    }
     // AND a provider filter counts only that provider's
     assert_eq!(
         again.by_outcome(Some(ProviderId::STRIPE)),

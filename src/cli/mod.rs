@@ -635,6 +635,7 @@ async fn console(
         }
         None => {
             let ops = crate::runtime::ops(config, store.clone())?;
+            warm_in_background(store.clone(), config);
             let label = format!("DynamoDB tables {}", store.tables().payments);
             let source = crate::console::source::StoreSource { store, label };
             eprintln!("payhook console on {origin}/ reading the configured DynamoDB");
@@ -642,6 +643,22 @@ async fn console(
         }
     };
     Ok(done?)
+}
+
+/// Stores the rollups of the console's longest window (7 days) while the operator opens the
+/// first page, so no page walks the log for long (`read::warm_rollups`); logged, never fatal.
+fn warm_in_background(store: DynamoStore, config: &Config) {
+    use crate::idempotency::Claims;
+    let (providers, _) = config.providers();
+    tokio::spawn(async move {
+        let now = store.now_ms();
+        let window = (now - crate::http::read::MAX_WINDOW_MS, now, now);
+        match crate::read::warm_rollups(&store, &providers, window, 20).await {
+            Ok(true) => tracing::info!("console rollups stored for the last 7 days"),
+            Ok(false) => tracing::info!("console rollups partly stored; pages store the rest"),
+            Err(e) => tracing::warn!(error = %e, "console rollups not stored; pages will"),
+        }
+    });
 }
 
 /// `payhook doctor`: the replication check, on demand.

@@ -15,9 +15,9 @@ use axum::http::Request;
 use futures::StreamExt;
 use payhook::console::source::StoreSource;
 use payhook::console::{router, Console};
-use payhook::domain::{IdempotencyKey, ProviderId, Reference};
+use payhook::domain::{AccountId, Currency, IdempotencyKey, Money, ProviderId, Reference};
 use payhook::dynamodb::{DynamoStore, TableNames};
-use payhook::eventlog::{Delivery, EventLog, Outcome};
+use payhook::eventlog::{Delivery, Details, EventLog, Outcome};
 use tower::ServiceExt;
 
 const HOST: &str = "127.0.0.1:9";
@@ -158,6 +158,18 @@ async fn load(store: &DynamoStore, n: usize) -> Result<(), payhook::store::Store
                 replay_of: None,
                 started_by: None,
                 redriven: None,
+                // What a real delivery logs: its amount, account, order id and answer.
+                details: Details {
+                    money: Currency::parse("NGN")
+                        .and_then(|c| Money::new(100 + i64::try_from(i).unwrap_or(0), c))
+                        .ok(),
+                    account: AccountId::parse(&format!("wallet_{}", i % 500)).ok(),
+                    order_id: Some(format!("order_{}", i / 2)),
+                    answer: Some(format!(
+                        r#"{{"status":"applied","key":"{provider}:payment:{reference}"}}"#
+                    )),
+                    headers: Vec::new(),
+                },
             };
             async move { store.append(&d).await }
         })

@@ -24,6 +24,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_CLAIM_RETENTION_DAYS", "how long claims (and their stored responses) are kept"),
     ("PAYHOOK_LOG_RETENTION_DAYS", "how long delivery-log entries are kept"),
     ("PAYHOOK_DEFAULT_ACCOUNT", "account credited for a payment success that names none and was not registered with one (unset: such payments are acknowledged as unassigned)"),
+    ("PAYHOOK_ORDER_KEYS", "where the merchant's order id is read from, for the log and the console's search: `provider=key` pairs, space-separated, a key of the provider's metadata (default order_id in each provider's metadata)"),
     ("PAYHOOK_READ_TOKEN", "local: bearer token of the read routes under `payhook serve --read-api` (at least 24 characters); never set in Lambda, where reads are IAM-authorized"),
     ("PAYHOOK_PAYOUT_TOKEN", "local: bearer token(s) of POST /payouts and GET /payouts/{payout} under `payhook serve`, space-separated during a rotation, all the one caller `local` (each at least 24 characters; unset with no PAYHOOK_PAYOUT_CALLERS: the routes are off); never set in Lambda, where payouts are IAM-authorized"),
     ("PAYHOOK_PAYOUT_CALLERS", "local: named payout callers, `name=token[,token]` space-separated (a payout key is scoped by the caller's name, never by a token, so a retry after a rotation names the same payout)"),
@@ -75,6 +76,8 @@ pub struct Config {
     pub reconcile: ReconcilePolicy,
     /// Credited when a payment success names no account and its payment has none.
     pub default_account: Option<AccountId>,
+    /// Where each provider's payloads carry the merchant's order id (`PAYHOOK_ORDER_KEYS`).
+    pub order_keys: crate::providers::orders::OrderKeys,
     /// The read routes' bearer token under `payhook serve --read-api`.
     pub read_token: Option<ReadToken>,
     /// Who may pay out under `payhook serve`, each with the bearer tokens that name them
@@ -154,6 +157,15 @@ impl Config {
                 })?,
             ),
         };
+        let name = crate::providers::orders::ORDER_KEYS;
+        let order_keys =
+            crate::providers::orders::OrderKeys::parse(get(name).as_deref()).map_err(|_| {
+                ConfigError::Invalid {
+                    name,
+                    value: get(name).unwrap_or_default(),
+                    reason: "must be provider=key pairs, space-separated, of known providers",
+                }
+            })?;
         let name = "PAYHOOK_READ_TOKEN";
         let read_token = match get(name).filter(|v| !v.trim().is_empty()) {
             None => None,
@@ -217,6 +229,7 @@ impl Config {
             },
             provider_env,
             default_account,
+            order_keys,
             read_token,
             payout_callers,
             generic_transfer_visibility_ms,

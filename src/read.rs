@@ -13,7 +13,7 @@ use base64::Engine;
 use serde::Serialize;
 
 use crate::domain::{now_ms, AccountId, Currency, ProviderId, Reference};
-use crate::eventlog::{Delivery, EventLog, LogFilter, Outcome};
+use crate::eventlog::{Delivery, Details, EventLog, LogFilter, Outcome};
 use crate::ledger::{Ledger, Posting};
 use crate::payments::{PaymentRecord, Payments};
 use crate::store::StoreError;
@@ -110,10 +110,18 @@ pub struct DeliveryView {
     pub redriven: Option<Outcome>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_body: Option<String>,
+    /// Amount, account and order id; with the body, also the answer and the verified headers.
+    #[serde(flatten)]
+    pub details: Details,
 }
 
 impl DeliveryView {
     fn of(d: Delivery, with_body: bool) -> Self {
+        let mut details = d.details;
+        if !with_body {
+            details.answer = None;
+            details.headers = Vec::new();
+        }
         DeliveryView {
             id: d.id.to_string(),
             provider: d.provider,
@@ -128,6 +136,7 @@ impl DeliveryView {
             started_by: d.started_by,
             redriven: d.redriven,
             raw_body: if with_body { d.raw_body } else { None },
+            details,
         }
     }
 }
@@ -187,6 +196,9 @@ pub struct DeliveryQuery {
     pub cursor: Option<String>,
     /// Include raw bodies where the listing has them (the CLI's `--bodies`; never over HTTP).
     pub with_bodies: bool,
+    /// Read each row's amount, account and order id where its index does not carry them
+    /// (one batched read per page): for pages a person reads, not for walks that count.
+    pub with_details: bool,
 }
 
 pub async fn deliveries<S: EventLog>(
@@ -205,7 +217,10 @@ pub async fn deliveries<S: EventLog>(
         }
     }
     let after = q.cursor.as_deref().map(Cursor::decode).transpose()?;
-    let page = store.query(&q.filter, q.limit, after.as_deref()).await?;
+    let mut page = store.query(&q.filter, q.limit, after.as_deref()).await?;
+    if q.with_details {
+        store.fill_details(&mut page.deliveries).await?;
+    }
     Ok(DeliveriesPage {
         deliveries: page
             .deliveries

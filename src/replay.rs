@@ -86,6 +86,7 @@ pub async fn redrive<S: Store>(
         lease_ms,
         replay_of: Some(d.id.clone()),
         started_by: Some(started_by.to_owned()),
+        headers: Vec::new(),
     };
     Ok(pipeline.process(delivered).await?)
 }
@@ -151,6 +152,7 @@ async fn predict_in<S: Store + Clone>(
         lease_ms: 0,
         replay_of: Some(d.id.clone()),
         started_by: Some("dry run".to_owned()),
+        headers: Vec::new(),
     };
     let answer = dry.process(delivered).await?;
     let moves = dry

@@ -137,7 +137,9 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
         None => LiveProviders::fixed(providers),
     };
     Arc::new(App {
-        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
+        pipeline: Pipeline::new(store)
+            .with_default_account(config.default_account.clone())
+            .with_order_keys(config.order_keys.clone()),
         providers,
         lease_ms: config.lease_ms,
         max_lease_ms: config.max_lease_ms,
@@ -267,7 +269,9 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
     let call_timeout =
         std::time::Duration::from_millis(u64::try_from(settings.call_timeout_ms).unwrap_or(5_000));
     Ok(Ops {
-        pipeline: Pipeline::new(store).with_default_account(config.default_account.clone()),
+        pipeline: Pipeline::new(store)
+            .with_default_account(config.default_account.clone())
+            .with_order_keys(config.order_keys.clone()),
         providers,
         api: HttpProviderApi::new(config.api_endpoints.clone())?
             .with_timeout(call_timeout)

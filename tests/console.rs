@@ -727,3 +727,79 @@ async fn without_the_access_token_nothing_is_read_or_written() {
     assert_eq!(page.status, 200);
     assert!(page.body.contains("pay_console"));
 }
+
+#[tokio::test]
+async fn an_order_id_finds_its_payment_account_amount_and_what_each_delivery_was_told() {
+    // GIVEN a payment for order ord_7731 (the merchant's id, in the payload's metadata), paid
+    // into wallet_7 and delivered twice, and another order's payment
+    let store = store("console_order").await;
+    let c = console(&store);
+    let app = app(store.clone(), 30_000);
+    let paid = |event: &str, reference: &str, order: &str| {
+        common::event_body(
+            event,
+            "payment.succeeded",
+            serde_json::json!({"reference": reference, "account": "wallet_7", "amount": 123_456,
+                "currency": "NGN", "metadata": {"order_id": order}}),
+        )
+    };
+    let first = paid("evt_ord_1", "pay_ord_1", "ord_7731");
+    let signed = common::signed(&first);
+    let signature = signed.headers()["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(common::send(&app, signed).await.status, 200);
+    let again = common::send(&app, common::signed(&first)).await;
+    assert!(again.replayed, "{again:?}");
+    let other = paid("evt_ord_2", "pay_ord_2", "ord_9999");
+    assert_eq!(common::send(&app, common::signed(&other)).await.status, 200);
+
+    // WHEN the operator searches the order id
+    let found = get(&c, "/search?q=ord_7731").await;
+
+    // THEN both deliveries of that order are listed (and nothing of the other order), each row
+    // with its amount and its account, linking to the account's page
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert!(
+        found.body.contains(r#"id="found-by-order""#),
+        "{}",
+        found.body
+    );
+    assert_eq!(ids(&found.body).len(), 2, "{}", found.body);
+    assert!(found.body.contains("1234.56 NGN"), "{}", found.body);
+    assert!(found.body.contains(r#"href="/accounts/wallet_7""#));
+    assert!(!found.body.contains("pay_ord_2"), "{}", found.body);
+    // AND the deliveries page filters by it, outside any time window
+    let listed = get(&c, "/deliveries?order_id=ord_7731").await;
+    assert_eq!(ids(&listed.body).len(), 2, "{}", listed.body);
+    // AND a row of the time listing (an index without amounts) shows them too
+    let window = get(&c, "/deliveries?since=1h").await;
+    assert!(window.body.contains("1234.56 NGN"), "{}", window.body);
+
+    // WHEN a delivery of it is opened
+    let one = get(&c, &format!("/deliveries/{}", ids(&found.body)[0])).await;
+    // THEN it shows the order, the answer exactly as sent, and the headers that were verified
+    // with the signature masked: its value appears nowhere
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert!(
+        one.body.contains(r#"href="/search?q=ord_7731""#),
+        "{}",
+        one.body
+    );
+    assert!(
+        one.body.contains(r#"id="answer-body""#)
+            && one.body.contains("&quot;status&quot;:&quot;applied&quot;"),
+        "{}",
+        one.body
+    );
+    assert!(one.body.contains("webhook-id: msg_test"), "{}", one.body);
+    assert!(
+        one.body
+            .contains("webhook-signature: v1,\u{2022}\u{2022}\u{2022}\u{2022}"),
+        "{}",
+        one.body
+    );
+    let secret_part = signature.split(',').nth(1).unwrap();
+    assert!(!one.body.contains(secret_part), "the signature leaked");
+}

@@ -710,6 +710,7 @@ fn failed_delivery(
         replay_of: None,
         started_by: None,
         redriven: None,
+        details: Default::default(),
     }
 }
 

@@ -264,6 +264,7 @@ fn synthetic(id_ms: i64, reference: &str, outcome: Outcome) -> Delivery {
         replay_of: None,
         started_by: None,
         redriven: None,
+        details: Default::default(),
     }
 }
 

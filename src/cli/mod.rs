@@ -222,6 +222,9 @@ pub struct EventsArgs {
     pub provider: Option<String>,
     #[arg(long = "event-id")]
     pub event_id: Option<String>,
+    /// The merchant's order id (PAYHOOK_ORDER_KEYS), as logged with each delivery.
+    #[arg(long = "order-id")]
+    pub order_id: Option<String>,
     /// applied, replayed, in_flight, conflict, stale, ignored, parked, failed
     #[arg(long)]
     pub outcome: Option<String>,
@@ -288,6 +291,7 @@ impl EventsArgs {
                 .map(|r| usage("--reference", Reference::parse(r)))
                 .transpose()?,
             event_id: self.event_id.clone(),
+            order_id: self.order_id.clone(),
             outcome: self
                 .outcome
                 .as_deref()
@@ -409,6 +413,7 @@ async fn events(args: &EventsArgs, bodies: bool, store: &DynamoStore) -> Result<
         limit: args.limit,
         cursor: args.cursor.clone(),
         with_bodies: bodies,
+        with_details: true,
     };
     let page = read::deliveries(store, &query).await?;
     match args.format {

@@ -224,6 +224,7 @@ mod tests {
             started_by: None,
             redriven: None,
             raw_body: None,
+            details: Default::default(),
         }
     }
 

@@ -356,6 +356,7 @@ fn filter_of(params: &BTreeMap<String, String>, now: i64) -> Result<Filter, Sour
         outcome: get("outcome"),
         reference: get("reference"),
         event_id: get("event_id"),
+        order_id: get("order_id"),
         since_ms: time("since_ms", "since")?,
         until_ms: time("until_ms", "until")?,
         limit: match get("limit").as_str() {
@@ -365,7 +366,7 @@ fn filter_of(params: &BTreeMap<String, String>, now: i64) -> Result<Filter, Sour
                 .map_err(|_| SourceError::Invalid(format!("limit must be 1 to {MAX_PAGE}")))?,
         },
     };
-    if f.reference.is_empty() && f.event_id.is_empty() {
+    if f.reference.is_empty() && f.event_id.is_empty() && f.order_id.is_empty() {
         f.until_ms.get_or_insert(now);
         f.since_ms.get_or_insert(now - 86_400_000);
     }
@@ -430,6 +431,8 @@ async fn all_of<S: Source>(
     let mut q = DeliveryQuery {
         limit: MAX_PAGE,
         cursor: None,
+        // A walk that counts: rows' details are not shown.
+        with_details: false,
         ..q.clone()
     };
     let mut out = Vec::new();
@@ -485,7 +488,7 @@ async fn window_counts<S: Source>(
         f.since_ms,
         f.until_ms,
         f.reference.is_empty(),
-        f.event_id.is_empty(),
+        f.event_id.is_empty() && f.order_id.is_empty(),
     ) {
         let provider = match f.provider.as_str() {
             "" => None,
@@ -546,6 +549,7 @@ async fn payment<S: Source>(
                 limit: SEARCH_ROWS,
                 cursor: None,
                 with_bodies: false,
+                with_details: true,
             };
             match c.source.deliveries(&q).await.and_then(rows) {
                 Ok(list) => html(
@@ -604,6 +608,7 @@ async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, So
         limit: SEARCH_ROWS,
         cursor: None,
         with_bodies: false,
+        with_details: true,
     };
     let reference = crate::domain::Reference::parse(text).ok();
     let by_reference = async {
@@ -621,6 +626,13 @@ async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, So
     let by_event = async {
         let filter = crate::eventlog::LogFilter {
             event_id: Some(text.to_owned()),
+            ..Default::default()
+        };
+        rows(c.source.deliveries(&listed(filter)).await?)
+    };
+    let by_order = async {
+        let filter = crate::eventlog::LogFilter {
+            order_id: Some(text.to_owned()),
             ..Default::default()
         };
         rows(c.source.deliveries(&listed(filter)).await?)
@@ -658,9 +670,10 @@ async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, So
             || b["balances"].as_object().is_some_and(|m| !m.is_empty());
         Ok::<_, SourceError>(has.then_some(b))
     };
-    let (by_reference, by_event, delivery, payments, account, more) = tokio::try_join!(
+    let (by_reference, by_event, by_order, delivery, payments, account, more) = tokio::try_join!(
         by_reference,
         by_event,
+        by_order,
         delivery,
         payments,
         account,
@@ -669,6 +682,7 @@ async fn found<S: Source>(c: &Console<S>, text: &str) -> Result<pages::Found, So
     Ok(pages::Found {
         by_reference,
         by_event,
+        by_order,
         delivery,
         payments,
         account,

@@ -18,6 +18,8 @@ pub struct Filter {
     pub outcome: String,
     pub reference: String,
     pub event_id: String,
+    /// The merchant's order id, as logged with each delivery.
+    pub order_id: String,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
     pub limit: usize,
@@ -32,6 +34,7 @@ impl Filter {
             ("outcome", self.outcome.clone()),
             ("reference", self.reference.clone()),
             ("event_id", self.event_id.clone()),
+            ("order_id", self.order_id.clone()),
             ("since_ms", t(self.since_ms)),
             ("until_ms", t(self.until_ms)),
             ("limit", self.limit.to_string()),
@@ -53,6 +56,7 @@ impl Filter {
             ("outcome", &self.outcome),
             ("reference", &self.reference),
             ("event id", &self.event_id),
+            ("order id", &self.order_id),
         ] {
             if !value.is_empty() {
                 parts.push(format!("{name} {value}"));
@@ -100,6 +104,7 @@ pub fn filter_form(asked: &BTreeMap<String, String>) -> String {
     body.push_str(&outcome_select(get("outcome")));
     body.push_str(&input("reference", "reference", get("reference"), "any"));
     body.push_str(&input("event_id", "event id", get("event_id"), "any"));
+    body.push_str(&input("order_id", "order id", get("order_id"), "any"));
     let since = when("since", "since_ms");
     body.push_str(&input(
         "since",
@@ -160,17 +165,37 @@ fn delivery_row(d: &Value) -> Vec<String> {
         } else {
             payment_link(s(d, "provider"), reference)
         },
+        amount_of(d),
+        account_of(d),
         badge(s(d, "outcome")),
         n(d, "http_status").to_string(),
     ]
 }
 
-const DELIVERY_COLUMNS: [&str; 7] = [
+/// The money a delivery names, or nothing (a state change; a row logged before amounts were
+/// kept).
+fn amount_of(d: &Value) -> String {
+    match d.get("money") {
+        Some(m) => money(n(m, "amount"), s(m, "currency")),
+        None => String::new(),
+    }
+}
+
+fn account_of(d: &Value) -> String {
+    match s(d, "account") {
+        "" => String::new(),
+        a => account_link(a),
+    }
+}
+
+const DELIVERY_COLUMNS: [&str; 9] = [
     "received",
     "provider",
     "type",
     "event id",
     "reference",
+    "amount",
+    "account",
     "outcome",
     "HTTP",
 ];
@@ -291,6 +316,19 @@ pub fn delivery(d: &Value, csrf: Option<&str>) -> String {
     if let Some(r) = d.get("redriven").and_then(Value::as_str) {
         rows.push(("re-driven", badge(r)));
     }
+    for (label, value) in [("amount", amount_of(d)), ("account", account_of(d))] {
+        if !value.is_empty() {
+            rows.push((label, value));
+        }
+    }
+    if let Some(order) = d.get("order_id").and_then(Value::as_str) {
+        let link = format!(
+            r#"<a href="/search?{}">{}</a>"#,
+            query(&[("q", order.to_owned())]),
+            esc(order)
+        );
+        rows.push(("order id", link));
+    }
     let mut body = facts(&rows);
     let _ = write!(
         body,
@@ -300,6 +338,25 @@ pub fn delivery(d: &Value, csrf: Option<&str>) -> String {
             ("event_id", s(d, "event_id").to_owned())
         ])
     );
+    if let Some(answer) = d.get("answer").and_then(Value::as_str) {
+        let _ = write!(
+            body,
+            r#"<h2>Answer</h2><p class="hint">HTTP {} with this body, as sent</p><pre id="answer-body">{}</pre>"#,
+            n(d, "http_status"),
+            esc(answer)
+        );
+    }
+    if let Some(headers) = d.get("headers").and_then(Value::as_array) {
+        let lines: Vec<String> = headers
+            .iter()
+            .filter_map(|h| Some(format!("{}: {}", h.get(0)?.as_str()?, h.get(1)?.as_str()?)))
+            .collect();
+        let _ = write!(
+            body,
+            r#"<h2>Verified headers</h2><p class="hint">what the signature check read; signature and secret values masked</p><pre id="verified-headers">{}</pre>"#,
+            esc(&lines.join("\n"))
+        );
+    }
     match d.get("raw_body").and_then(Value::as_str) {
         Some(raw) => {
             // Exactly as received (the bytes its signature was checked on), and pretty beside.
@@ -895,6 +952,8 @@ pub fn payouts(status: &str, account: &str, list: Option<&[Value]>, cap: usize) 
 pub struct Found {
     pub by_reference: Vec<Value>,
     pub by_event: Vec<Value>,
+    /// Deliveries whose payload carries this merchant order id.
+    pub by_order: Vec<Value>,
     pub delivery: Option<Value>,
     pub payments: Vec<Value>,
     pub account: Option<Value>,
@@ -905,7 +964,7 @@ pub struct Found {
 /// The search page: every reading of the text that found something, each linking onward.
 pub fn search(text: &str, f: &Found) -> String {
     let mut body = format!(
-        r#"<form method="get" action="/search" class="filters"><label>find <input name="q" value="{}" placeholder="reference, event id, transaction id, payout id, account, delivery id"></label><button type="submit">Search</button></form>"#,
+        r#"<form method="get" action="/search" class="filters"><label>find <input name="q" value="{}" placeholder="order id, reference, event id, transaction id, payout id, account, delivery id"></label><button type="submit">Search</button></form>"#,
         esc(text)
     );
     if text.is_empty() {
@@ -956,6 +1015,12 @@ pub fn search(text: &str, f: &Found) -> String {
             "Deliveries of this provider event id",
             &f.by_event,
             "event_id",
+        ),
+        (
+            "found-by-order",
+            "Deliveries for this merchant order id",
+            &f.by_order,
+            "order_id",
         ),
     ] {
         if list.is_empty() {
@@ -1018,7 +1083,7 @@ pub fn search(text: &str, f: &Found) -> String {
     if !any {
         body.push_str(&note(
             "nothing",
-            "nothing has this as its reference, event id, transaction id, payout id, account or delivery id. A merchant's order id is found when it is the payment's reference (PAYHOOK_*_REFERENCE); otherwise search the provider's id for it.",
+            "nothing has this as its merchant order id, reference, event id, transaction id, payout id, account or delivery id. An order id is found when the provider's payload carries it in the metadata key PAYHOOK_ORDER_KEYS names (order_id unless set), or when it is the payment's reference.",
         ));
     }
     body

@@ -328,6 +328,7 @@ fn api_query(q: &DeliveryQuery) -> String {
             opt(f.reference.as_ref().map(ToString::to_string)),
         ),
         ("event_id", opt(f.event_id.clone())),
+        ("order_id", opt(f.order_id.clone())),
         ("outcome", opt(f.outcome.map(|o| o.as_str().to_owned()))),
         ("since_ms", opt(f.since_ms.map(|t| t.to_string()))),
         ("until_ms", opt(f.until_ms.map(|t| t.to_string()))),

@@ -539,6 +539,32 @@ impl NormalisedEvent {
         }
     }
 
+    /// The money the event names, for the log (an unpriced movement and a transfer's
+    /// settlement without an amount name none).
+    pub fn money(&self) -> Option<Money> {
+        match &self.kind {
+            EventKind::PaymentSucceeded(p) => Some(p.money),
+            EventKind::RefundSucceeded(r)
+            | EventKind::RefundReversed(r)
+            | EventKind::CancelOrRefund(r) => Some(r.money),
+            EventKind::Dispute { facts, .. } => Some(facts.money),
+            EventKind::Transfer(t) => t.money,
+            EventKind::PaymentState { facts, .. } => facts.money,
+            EventKind::RefundUnpriced(_) | EventKind::DisputeUnpriced(_) | EventKind::Ignored => {
+                None
+            }
+        }
+    }
+
+    /// The account the event names, if it names one.
+    pub fn account(&self) -> Option<&AccountId> {
+        match &self.kind {
+            EventKind::PaymentSucceeded(p) => p.account.as_ref(),
+            EventKind::PaymentState { facts, .. } => facts.account.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The payment reference the event is about, for the log.
     pub fn reference(&self) -> Option<&Reference> {
         match &self.kind {

@@ -13,10 +13,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
-use crate::domain::{expires_at_s, now_ms, IdempotencyKey, ProviderId, Reference};
+use crate::domain::{
+    expires_at_s, now_ms, AccountId, Currency, IdempotencyKey, Money, ProviderId, Reference,
+};
 use crate::eventlog::{
-    utc_day, Delivery, DeliveryId, EventLog, LogFilter, LogPage, MinuteCounts, Outcome, RollupKind,
-    Rollups,
+    utc_day, Delivery, DeliveryId, Details, EventLog, LogFilter, LogPage, MinuteCounts, Outcome,
+    RollupKind, Rollups,
 };
 use crate::store::StoreError;
 
@@ -113,7 +115,68 @@ fn to_delivery(item: &Item, table: &str) -> Result<Delivery, StoreError> {
             .opt_str("redriven")
             .map(|o| Outcome::parse(o).ok_or_else(|| r.corrupt("redriven")))
             .transpose()?,
+        details: details_of(&r)?,
     })
+}
+
+/// The details an item (or an index row projecting them) carries; empty when it has none.
+fn details_of(r: &Reader<'_>) -> Result<Details, StoreError> {
+    let money = match (r.opt_str("currency"), r.opt_num("amount_minor")?) {
+        (Some(c), Some(amount)) => {
+            let currency = Currency::parse(c).map_err(|_| r.corrupt("currency"))?;
+            Some(Money::new(amount, currency).map_err(|_| r.corrupt("amount_minor"))?)
+        }
+        _ => None,
+    };
+    Ok(Details {
+        money,
+        account: r
+            .opt_str("account")
+            .map(AccountId::parse)
+            .transpose()
+            .map_err(|_| r.corrupt("account"))?,
+        order_id: r.opt_str("order_id").map(str::to_owned),
+        answer: r.opt_str("answer").map(str::to_owned),
+        headers: r
+            .opt_str("headers")
+            .map(|text| {
+                text.lines()
+                    .filter_map(|l| l.split_once(": "))
+                    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// The item attributes of `d`'s details (the headers as `name: value` lines).
+fn detail_attributes(d: &Delivery) -> Vec<(&'static str, AttributeValue)> {
+    let x = &d.details;
+    let mut out = Vec::new();
+    if let Some(m) = &x.money {
+        out.push(("amount_minor", n(m.amount.get())));
+        out.push(("currency", s(m.currency.as_str())));
+    }
+    if let Some(a) = &x.account {
+        out.push(("account", s(a.as_str())));
+    }
+    if let Some(o) = &x.order_id {
+        out.push(("order_id", s(o.as_str())));
+        out.push(("order_key", s(order_key(d.provider, o))));
+    }
+    if let Some(a) = &x.answer {
+        out.push(("answer", s(a.as_str())));
+    }
+    if !x.headers.is_empty() {
+        let lines: Vec<String> = x.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+        out.push(("headers", s(lines.join("\n"))));
+    }
+    out
+}
+
+/// The `by_order` index key of an order id under a provider.
+fn order_key(provider: ProviderId, order_id: &str) -> String {
+    format!("{provider}#{order_id}")
 }
 
 /// The item that holds a named cursor. Its `pk` starts with `cursor#`, which no delivery
@@ -128,6 +191,9 @@ fn matches(d: &Delivery, f: &LogFilter) -> bool {
             .as_ref()
             .is_none_or(|r| d.reference.as_ref() == Some(r))
         && f.event_id.as_ref().is_none_or(|e| *e == d.event_id)
+        && f.order_id
+            .as_ref()
+            .is_none_or(|o| d.details.order_id.as_ref() == Some(o))
         && f.outcome.is_none_or(|o| o == d.outcome)
 }
 
@@ -247,6 +313,17 @@ impl DynamoStore {
                     index: None,
                     hash_attr: "pk",
                     hash: format!("ref#{p}#{r}"),
+                })
+                .collect();
+            return Ok(vec![parts]);
+        }
+        if let Some(o) = &f.order_id {
+            let parts = providers
+                .iter()
+                .map(|p| Partition {
+                    index: Some("by_order"),
+                    hash_attr: "order_key",
+                    hash: order_key(*p, o),
                 })
                 .collect();
             return Ok(vec![parts]);
@@ -398,6 +475,9 @@ impl EventLog for DynamoStore {
             None => {}
         }
         put = put.item("expires_at_s", n(expires_s));
+        for (name, value) in detail_attributes(d) {
+            put = put.item(name, value);
+        }
         for (name, value) in [
             ("key", d.key.as_ref().map(|k| k.to_string())),
             ("reference", d.reference.as_ref().map(|r| r.to_string())),
@@ -605,6 +685,70 @@ impl EventLog for DynamoStore {
             // Stored already (the same counts: the minute is closed).
             Err(e) => condition_failed(e, "PutItem", table).map(|_| ()),
         }
+    }
+
+    async fn fill_details(&self, deliveries: &mut [Delivery]) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let table = &self.tables.events;
+        let wanted: Vec<usize> = (0..deliveries.len())
+            .filter(|&i| deliveries[i].details.is_empty())
+            .collect();
+        for batch in wanted.chunks(100) {
+            let mut asked: Vec<_> = batch
+                .iter()
+                .map(|&i| {
+                    let d = &deliveries[i];
+                    std::collections::HashMap::from([
+                        ("pk".to_owned(), s(partition_of(d))),
+                        ("sk".to_owned(), s(d.id.as_str())),
+                    ])
+                })
+                .collect();
+            let mut found = std::collections::HashMap::new();
+            // Unprocessed keys (throttling) are asked again a few times; rows still unread
+            // then show no details rather than failing the page.
+            for round in 0..4u64 {
+                if asked.is_empty() {
+                    break;
+                }
+                if round > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << round)).await;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut asked)))
+                    .projection_expression(
+                        "sk, amount_minor, currency, account, order_id, answer, headers",
+                    )
+                    .build()
+                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(table, request)
+                    .send()
+                    .await
+                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(table))
+                    .unwrap_or_default()
+                {
+                    let r = Reader::new(&item, table);
+                    found.insert(r.str("sk")?.to_owned(), details_of(&r)?);
+                }
+                asked = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+            for &i in batch {
+                if let Some(details) = found.remove(deliveries[i].id.as_str()) {
+                    deliveries[i].details = details;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn with_body(&self, d: &Delivery) -> Result<Delivery, StoreError> {

@@ -33,6 +33,27 @@ const LISTING: &[&str] = &[
     "redriven",
 ];
 
+/// [`LISTING`] and a delivery's details (`eventlog::Details`) but its headers: what a row shows.
+/// The older indexes keep [`LISTING`] (DynamoDB cannot change an index's projection in place);
+/// their rows read the details in one batch per page.
+const LISTING_AND_DETAILS: &[&str] = &[
+    "provider",
+    "event_id",
+    "event_type",
+    "key",
+    "reference",
+    "outcome",
+    "http_status",
+    "received_at_ms",
+    "replay_of",
+    "started_by",
+    "redriven",
+    "amount_minor",
+    "currency",
+    "account",
+    "order_id",
+];
+
 /// A table's shape. Key attributes are strings.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TableDef {
@@ -138,6 +159,16 @@ pub const EVENTS: TableDef = TableDef {
             range_key: "sk",
             range_is_number: false,
             projected: LISTING,
+        },
+        // `{provider}#{merchant order id}`, sparse: only deliveries whose payload carries one.
+        // Written per order, so no key takes every delivery. Projects the details too: an
+        // order's rows show amount and account without a second read.
+        IndexDef {
+            name: "by_order",
+            hash_key: "order_key",
+            range_key: "sk",
+            range_is_number: false,
+            projected: LISTING_AND_DETAILS,
         },
     ],
     ttl_attribute: Some("expires_at_s"),

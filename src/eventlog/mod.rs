@@ -5,7 +5,7 @@ use std::future::Future;
 
 use serde::Serialize;
 
-use crate::domain::{IdempotencyKey, ProviderId, Reference};
+use crate::domain::{AccountId, IdempotencyKey, Money, ProviderId, Reference};
 use crate::store::StoreError;
 
 /// What became of a delivery. Stored as the lower-case name.
@@ -135,6 +135,42 @@ pub struct Delivery {
     /// append-only in content; this mark is the one attribute added later, so no pass repeats
     /// finished work.
     pub redriven: Option<Outcome>,
+    /// What it was about and what it was told, for an operator ([`Details`]).
+    pub details: Details,
+}
+
+/// What a delivery was about and what it was told: kept so an operator reads a row without
+/// opening its body, finds a payment by the merchant's order id, and sees the answer and the
+/// headers that were verified. Empty on deliveries logged before these were kept, and on rows
+/// listed from an index that does not carry them ([`EventLog::fill_details`] reads them).
+/// Nothing about money reads these: they are a record, not an input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Details {
+    /// The money the event names (a transfer's settlement may name none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub money: Option<Money>,
+    /// The account the movement was for: from the answer (the payment's account, whoever
+    /// registered it) or else the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<AccountId>,
+    /// The merchant's order id, from the metadata key configured for the provider
+    /// ([`crate::providers::orders`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    /// The body answered, as sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The headers the signature check read, secret values masked
+    /// ([`crate::providers::masked_headers`]); none for replays and EventBridge events.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+}
+
+impl Details {
+    /// Whether anything is known (rows listed from the time and outcome indexes know nothing).
+    pub fn is_empty(&self) -> bool {
+        self == &Details::default()
+    }
 }
 
 impl Delivery {
@@ -150,6 +186,8 @@ pub struct LogFilter {
     pub provider: Option<ProviderId>,
     pub reference: Option<Reference>,
     pub event_id: Option<String>,
+    /// A merchant order id (`order_id` of [`Details`]), with `provider`.
+    pub order_id: Option<String>,
     pub outcome: Option<Outcome>,
     /// Inclusive lower bound, epoch ms.
     pub since_ms: Option<i64>,
@@ -195,6 +233,12 @@ pub trait EventLog: Sync {
         &self,
         name: &str,
         to: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Fills the [`Details`] of deliveries listed without them (a page of rows: one batched
+    /// read, projecting only the details, never a body).
+    fn fill_details(
+        &self,
+        deliveries: &mut [Delivery],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// `delivery` with its body, read from the table if it was listed without it.
     fn with_body(

@@ -82,7 +82,11 @@ pub async fn event<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>)
     // The provider's event, as the log keeps it and replay maps it again.
     let body = detail.to_string().into_bytes();
     match door.mapper.normalise(&body) {
-        Ok(ev) => ctx.process(&ev, &body, received_at_ms, lease).await,
+        // Authenticated by AWS, not by headers: none to show.
+        Ok(ev) => {
+            ctx.process(&ev, &body, received_at_ms, lease, Vec::new())
+                .await
+        }
         Err(e) => {
             tracing::info!(provider = %door.provider, error = %e, "EventBridge detail rejected");
             ctx.reject(Rejection::Payload, super::bad_payload(&e))

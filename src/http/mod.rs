@@ -170,7 +170,11 @@ async fn webhook<S: Store>(
             .await;
     }
     match ctx.verified_event(adapter, &parts.headers, &bytes, received_at_ms) {
-        Ok(event) => ctx.process(&event, &bytes, received_at_ms, lease).await,
+        Ok(event) => {
+            let shown = shown_headers(provider_id, &parts.headers);
+            ctx.process(&event, &bytes, received_at_ms, lease, shown)
+                .await
+        }
         Err(rejected) => *rejected,
     }
 }
@@ -250,7 +254,10 @@ impl<S: Store> Ctx<'_, S> {
             match self.verified_event(adapter, headers, item, received_at_ms) {
                 Ok(event) => {
                     verified += 1;
-                    let res = self.process(&event, item, received_at_ms, lease_ms).await;
+                    let shown = shown_headers(self.provider, headers);
+                    let res = self
+                        .process(&event, item, received_at_ms, lease_ms, shown)
+                        .await;
                     let status = res.status();
                     if status.is_server_error() || status == StatusCode::CONFLICT {
                         undecided += 1;
@@ -323,6 +330,7 @@ impl<S: Store> Ctx<'_, S> {
         bytes: &[u8],
         received_at_ms: i64,
         lease_ms: i64,
+        headers: Vec<(String, String)>,
     ) -> Response {
         // verified_event's strict parse accepted the body, so it is UTF-8.
         let raw_body = String::from_utf8_lossy(bytes);
@@ -333,6 +341,7 @@ impl<S: Store> Ctx<'_, S> {
             lease_ms,
             replay_of: None,
             started_by: None,
+            headers,
         };
         let key = event.key();
         let key = key.as_ref().map_or("-", |k| k.as_str());
@@ -364,6 +373,13 @@ impl<S: Store> Ctx<'_, S> {
             .count(provider, disposition, self.request_id.as_deref());
         response
     }
+}
+
+/// The headers `provider`'s signature check read, masked, for the delivery's log record.
+fn shown_headers(provider: ProviderId, headers: &HeaderMap) -> Vec<(String, String)> {
+    crate::providers::def(provider)
+        .map(|def| crate::providers::masked_headers(def, headers))
+        .unwrap_or_default()
 }
 
 fn too_large() -> Response {

@@ -304,10 +304,11 @@ async fn payment<S: Store>(
 
 /// The parameters `GET /deliveries` reads; any other is refused, so a typo (`since=`) is a 400,
 /// not a silently unfiltered listing.
-const DELIVERY_PARAMS: [&str; 8] = [
+const DELIVERY_PARAMS: [&str; 9] = [
     "provider",
     "reference",
     "event_id",
+    "order_id",
     "outcome",
     "since_ms",
     "until_ms",
@@ -330,7 +331,7 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
             .parse::<usize>()
             .map_err(|_| bad("limit", format!("limit must be 1 to {}", read::MAX_PAGE)))?,
     };
-    if filter.reference.is_none() && filter.event_id.is_none() {
+    if filter.reference.is_none() && filter.event_id.is_none() && filter.order_id.is_none() {
         check_window(&filter, now_ms)?;
     }
     Ok(DeliveryQuery {
@@ -338,6 +339,7 @@ pub fn delivery_query(raw: Option<&str>, now_ms: i64) -> Result<DeliveryQuery, (
         limit,
         cursor: params.get("cursor").cloned(),
         with_bodies: false,
+        with_details: true,
     })
 }
 
@@ -394,6 +396,7 @@ fn log_filter(params: &BTreeMap<&'static str, String>) -> Result<LogFilter, (Str
             .map(|r| Reference::parse(r).map_err(|e| bad("reference", format!("reference {e}"))))
             .transpose()?,
         event_id: params.get("event_id").filter(|e| !e.is_empty()).cloned(),
+        order_id: params.get("order_id").filter(|e| !e.is_empty()).cloned(),
         outcome: params
             .get("outcome")
             .map(|o| {

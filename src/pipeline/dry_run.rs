@@ -515,6 +515,10 @@ impl<S: EventLog + Send + Sync> EventLog for DryRun<S> {
         self.inner.with_body(delivery).await
     }
 
+    async fn fill_details(&self, deliveries: &mut [Delivery]) -> Result<(), StoreError> {
+        self.inner.fill_details(deliveries).await
+    }
+
     async fn rollups(
         &self,
         kind: RollupKind,

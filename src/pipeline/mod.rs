@@ -19,7 +19,7 @@ use crate::domain::{
     now_ms, AccountId, ClaimedFacts, EventKind, IdempotencyKey, NormalisedEvent, Operation,
     PaymentFacts, RefundFacts,
 };
-use crate::eventlog::{Delivery, DeliveryId, EventLog, Outcome};
+use crate::eventlog::{Delivery, DeliveryId, Details, EventLog, Outcome};
 use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::ledger::{movement_time, shard_of_payment, Ledger, PostOutcome, Posting};
 use crate::payments::{
@@ -27,6 +27,7 @@ use crate::payments::{
     StateOutcome,
 };
 use crate::payouts::Payouts;
+use crate::providers::orders::OrderKeys;
 use crate::store::StoreError;
 
 /// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
@@ -99,6 +100,9 @@ pub struct Delivered<'a> {
     /// For replays: the stored delivery's id, and who started the replay.
     pub replay_of: Option<DeliveryId>,
     pub started_by: Option<String>,
+    /// The headers its signature check read, masked ([`crate::providers::masked_headers`]);
+    /// empty for replays and EventBridge events.
+    pub headers: Vec<(String, String)>,
 }
 
 /// The body of an applied movement's answer: what the provider is told and the claim stores
@@ -238,6 +242,8 @@ pub struct Pipeline<S> {
     store: S,
     /// Credited when a payment success names no account and the payment has none.
     default_account: Option<AccountId>,
+    /// Where each provider's payloads carry the merchant's order id, for the log.
+    orders: OrderKeys,
 }
 
 impl<S: Store> Pipeline<S> {
@@ -245,7 +251,14 @@ impl<S: Store> Pipeline<S> {
         Pipeline {
             store,
             default_account: None,
+            orders: OrderKeys::default(),
         }
+    }
+
+    /// Logs each delivery's merchant order id from these keys (`PAYHOOK_ORDER_KEYS`).
+    pub fn with_order_keys(mut self, orders: OrderKeys) -> Self {
+        self.orders = orders;
+        self
     }
 
     /// Credits `account` for payment successes that name none (`PAYHOOK_DEFAULT_ACCOUNT`).
@@ -267,6 +280,7 @@ impl<S: Store> Pipeline<S> {
         Pipeline {
             store: dry_run::DryRun::new(self.store.clone()),
             default_account: self.default_account.clone(),
+            orders: self.orders.clone(),
         }
     }
 
@@ -285,7 +299,7 @@ impl<S: Store> Pipeline<S> {
             Ok(a) => a,
             Err(e) => return Err(self.failed(&d, e).await),
         };
-        let record = delivery(&d, &answer);
+        let record = self.delivery(&d, &answer);
         self.store.append(&record).await?;
         answer.delivery_id = record.id.to_string();
         Ok(answer)
@@ -298,7 +312,7 @@ impl<S: Store> Pipeline<S> {
             &Problem::new("store_unavailable", "retry later", None),
             Outcome::Failed,
         );
-        if let Err(log_err) = self.store.append(&delivery(d, &failed)).await {
+        if let Err(log_err) = self.store.append(&self.delivery(d, &failed)).await {
             tracing::warn!(error = %log_err, "could not log a failed delivery");
         }
         e
@@ -847,6 +861,40 @@ fn conflict(key: Option<&IdempotencyKey>, m: &Mismatch) -> Answer {
     Answer::json(422, &p, Outcome::Conflict)
 }
 
+impl<S> Pipeline<S> {
+    /// The log record of `d` answered with `answer`.
+    fn delivery(&self, d: &Delivered<'_>, answer: &Answer) -> Delivery {
+        let details = Details {
+            money: d.event.money(),
+            account: account_in(&answer.body).or_else(|| d.event.account().cloned()),
+            order_id: self
+                .orders
+                .order_of(d.event.provider, d.raw_body.as_bytes()),
+            answer: Some(answer.body.clone()),
+            headers: d.headers.clone(),
+        };
+        Delivery {
+            details,
+            ..delivery(d, answer)
+        }
+    }
+}
+
+/// The account an answer names (an applied movement's: the payment's own account, whoever
+/// registered it), read back from its body so a replayed answer names it too.
+fn account_in(body: &str) -> Option<AccountId> {
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow)]
+        account: Option<&'a str>,
+    }
+    let named: Named<'_> = serde_json::from_str(body).ok()?;
+    named
+        .account
+        .filter(|a| !a.is_empty())
+        .and_then(|a| AccountId::parse(a).ok())
+}
+
 fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {
     Delivery {
         id: Delivery::new_id(d.received_at_ms),
@@ -862,5 +910,6 @@ fn delivery(d: &Delivered<'_>, answer: &Answer) -> Delivery {
         replay_of: d.replay_of.clone(),
         started_by: d.started_by.clone(),
         redriven: None,
+        details: Details::default(),
     }
 }

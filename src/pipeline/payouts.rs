@@ -568,6 +568,7 @@ impl<S: Store> Pipeline<S> {
                 lease_ms,
                 replay_of: None,
                 started_by: Some("payouts".into()),
+                headers: Vec::new(),
             })
             .await?;
         if answer.outcome == Outcome::InFlight {

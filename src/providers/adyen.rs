@@ -79,6 +79,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_ADYEN_SOURCE_IPS",
     event_source: None,
+    metadata: &["additionalData.metadata"],
+    signed_headers: &["authorization"],
     secret_arns: &[
         ("PAYHOOK_ADYEN_SECRETS_ARN", SECRETS, true),
         ("PAYHOOK_ADYEN_BASIC_AUTH_ARN", BASIC_AUTH, false),

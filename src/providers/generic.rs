@@ -55,6 +55,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_GENERIC_SOURCE_IPS",
     event_source: None,
+    metadata: &["data.metadata", "data"],
+    signed_headers: &["webhook-id", "webhook-timestamp", "webhook-signature"],
     secret_arns: &[
         ("PAYHOOK_GENERIC_SECRETS_ARN", "PAYHOOK_GENERIC_SECRETS", true),
         ("PAYHOOK_GENERIC_API_KEY_ARN", "PAYHOOK_GENERIC_API_KEY", false),

@@ -10,6 +10,7 @@ pub mod adyen;
 pub mod flutterwave;
 pub mod generic;
 pub mod json;
+pub mod orders;
 pub mod paystack;
 pub mod razorpay;
 pub mod signature;
@@ -317,6 +318,62 @@ pub struct ProviderDef {
     /// environment: `(the variable naming the secret, the variable it fills, every rotation
     /// stage?)`. Both names are in `env`.
     pub secret_arns: &'static [(&'static str, &'static str, bool)],
+    /// Where the merchant's own metadata sits in its payloads (dotted paths to objects, first
+    /// match wins): where [`orders`] looks for the merchant's order id.
+    pub metadata: &'static [&'static str],
+    /// The headers its signature check reads: logged with each delivery, secret values
+    /// masked ([`masked_headers`]).
+    pub signed_headers: &'static [&'static str],
+}
+
+/// The headers `def`'s signature check reads, as received, with every signature, hash and
+/// credential value masked: an operator sees which scheme, timestamp and key version signed a
+/// delivery, and never a value that could sign (or reveal a shared secret: Flutterwave's
+/// `verif-hash` *is* the secret).
+pub fn masked_headers(def: &ProviderDef, headers: &HeaderMap) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for name in def.signed_headers {
+        for value in headers.get_all(*name) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            out.push(((*name).to_owned(), mask(name, &text)));
+        }
+    }
+    out
+}
+
+/// A signature scheme's name (`v1`, `v1a`, `v0`): short, letters and digits.
+fn is_scheme(text: &str) -> bool {
+    (1..=3).contains(&text.len()) && text.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Keeps what identifies (ids, timestamps, scheme and version names), masks what signs.
+fn mask(name: &str, value: &str) -> String {
+    let secret = |v: &str| {
+        format!(
+            "\u{2022}\u{2022}\u{2022}\u{2022} ({} chars)",
+            v.chars().count()
+        )
+    };
+    match name {
+        "webhook-id" | "webhook-timestamp" | razorpay::EVENT_ID => value.to_owned(),
+        "authorization" => match value.split_once(' ') {
+            Some((scheme, rest)) => format!("{scheme} {}", secret(rest)),
+            None => secret(value),
+        },
+        // `t=…,v1=…` (Stripe) and `v1,… v1a,…` (Standard Webhooks): names and times kept.
+        _ => value
+            .split([',', ' '])
+            .filter(|p| !p.is_empty())
+            .map(|part| match part.split_once('=') {
+                Some(("t", ts)) => format!("t={ts}"),
+                // A scheme's short name (`v1=`); base64 padding (`…Nw4=`) is not one.
+                Some((k, v)) if is_scheme(k) && !v.is_empty() => format!("{k}={}", secret(v)),
+                _ if is_scheme(part) => part.to_owned(),
+                _ => secret(part),
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 /// A provider's Amazon EventBridge door: the variable naming the partner event source whose
@@ -379,4 +436,54 @@ pub fn registered(name: &str) -> Option<ProviderId> {
 /// Every registered provider, in registry order.
 pub fn ids() -> impl Iterator<Item = ProviderId> {
     REGISTRY.iter().map(|d| d.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(def: &ProviderDef, pairs: &[(&'static str, &str)]) -> Vec<(String, String)> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.append(*k, v.parse().unwrap());
+        }
+        masked_headers(def, &headers)
+    }
+
+    #[test]
+    fn signature_values_are_masked_and_what_identifies_is_kept() {
+        let sig = "Lm0TxMyYbBqaRAAVmPJ4XIHs2ybJDHzGW5/Y/4bNLw4=";
+        let generic = shown(
+            &generic::DEF,
+            &[
+                ("webhook-id", "msg_1"),
+                ("webhook-timestamp", "1796490785"),
+                ("webhook-signature", &format!("v1,{sig} v1a,{sig}")),
+                ("x-other", "not read by the check"),
+            ],
+        );
+        assert_eq!(generic[0], ("webhook-id".into(), "msg_1".into()));
+        assert_eq!(generic[1].1, "1796490785");
+        assert_eq!(generic.len(), 3, "only the headers the check reads");
+        let masked = &generic[2].1;
+        assert!(masked.starts_with("v1,\u{2022}"), "{masked}");
+        assert!(
+            !masked.contains("Lm0T") && !masked.contains("Nw4"),
+            "{masked}"
+        );
+
+        let stripe = shown(
+            &stripe::DEF,
+            &[("stripe-signature", "t=17,v1=abcdef0123,v0=99aa")],
+        );
+        assert!(stripe[0].1.starts_with("t=17,v1=\u{2022}"), "{:?}", stripe);
+        assert!(!stripe[0].1.contains("abcdef"), "{:?}", stripe);
+
+        // Flutterwave's verif-hash is the shared secret itself.
+        let flw = shown(&flutterwave::DEF, &[("verif-hash", "my-shared-secret")]);
+        assert!(!flw[0].1.contains("secret"), "{:?}", flw);
+        let adyen = shown(&adyen::DEF, &[("authorization", "Basic dXNlcjpwYXNz")]);
+        assert!(adyen[0].1.starts_with("Basic \u{2022}"), "{:?}", adyen);
+        assert!(!adyen[0].1.contains("dXNl"), "{:?}", adyen);
+    }
 }

@@ -60,6 +60,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_RAZORPAY_SOURCE_IPS",
     event_source: None,
+    metadata: &["payload.payment.entity.notes", "payload.refund.entity.notes", "payload.order.entity.notes"],
+    signed_headers: &[HEADER, EVENT_ID],
     secret_arns: &[
         ("PAYHOOK_RAZORPAY_SECRETS_ARN", SECRETS, true),
         ("PAYHOOK_RAZORPAY_API_KEY_ARN", "PAYHOOK_RAZORPAY_API_KEY", false),

@@ -39,6 +39,7 @@ impl FilterJson {
                 .map(|r| Reference::parse(r).map_err(|e| format!("reference: {e}")))
                 .transpose()?,
             event_id: self.event_id.clone(),
+            order_id: None,
             outcome: self
                 .outcome
                 .as_deref()

@@ -274,6 +274,7 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
             lease_ms: self.settings.lease_ms,
             replay_of: None,
             started_by: Some("reconcile".into()),
+            headers: Vec::new(),
         };
         self.pipeline
             .process(delivered)

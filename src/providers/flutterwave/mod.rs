@@ -90,6 +90,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_FLUTTERWAVE_SOURCE_IPS",
     event_source: None,
+    metadata: &["data.meta", "meta_data"],
+    signed_headers: &[SIGNATURE_HEADER, HASH_HEADER],
     secret_arns: &[
         ("PAYHOOK_FLUTTERWAVE_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_SECRETS", true),
         ("PAYHOOK_FLUTTERWAVE_V4_SECRETS_ARN", "PAYHOOK_FLUTTERWAVE_V4_SECRETS", true),

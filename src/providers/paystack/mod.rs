@@ -70,6 +70,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_PAYSTACK_SOURCE_IPS",
     event_source: None,
+    metadata: &["data.metadata"],
+    signed_headers: &[HEADER],
     secret_arns: &[
         ("PAYHOOK_PAYSTACK_SECRETS_ARN", "PAYHOOK_PAYSTACK_SECRETS", true),
         ("PAYHOOK_PAYSTACK_API_KEY_ARN", "PAYHOOK_PAYSTACK_API_KEY", false),

@@ -77,6 +77,8 @@ pub const DEF: ProviderDef = ProviderDef {
     build,
     source_ips: "PAYHOOK_STRIPE_SOURCE_IPS",
     event_source: Some(eventbridge::EVENT_SOURCE),
+    metadata: &["data.object.metadata"],
+    signed_headers: &[HEADER],
     secret_arns: &[
         ("PAYHOOK_STRIPE_SECRETS_ARN", "PAYHOOK_STRIPE_SECRETS", true),
         ("PAYHOOK_STRIPE_API_KEY_ARN", "PAYHOOK_STRIPE_API_KEY", false),

@@ -542,8 +542,8 @@ async fn walk<S: EventLog>(
 pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
 
 /// Money moved by the applied deliveries received in `[since_ms, until_ms)` (at store time
-/// `now_ms`), per UTC day and currency: payments, refund reversals and dispute reinstatements
-/// in; refunds and dispute withdrawals out. Closed minutes come from stored money rollups
+/// `now_ms`), per UTC day and currency: payments, refund reversals, dispute reinstatements and
+/// reversed payouts in; refunds, dispute withdrawals and payouts the provider paid out. Closed minutes come from stored money rollups
 /// (counted from the bodies once); the open tail is read. At most `max_walk` deliveries are
 /// walked; the flag says whether every applied delivery was counted.
 pub async fn money_moved<S: EventLog>(
@@ -586,7 +586,7 @@ async fn count_money<S: EventLog>(
     page: &[Delivery],
     out: &mut crate::eventlog::Rollups,
 ) -> Result<(), ReadError> {
-    use crate::domain::{DisputeMovement, EventKind};
+    use crate::domain::{DisputeMovement, EventKind, TransferState};
     let applied: Vec<&Delivery> = page
         .iter()
         .filter(|d| d.outcome == Outcome::Applied)
@@ -605,6 +605,13 @@ async fn count_money<S: EventLog>(
                 EventKind::Dispute { facts, movement } => {
                     (&facts.money, *movement == DisputeMovement::Reinstatement)
                 }
+                // A payout leaves when the provider says it paid it, and comes back when it
+                // says it reversed it; a failure before payment moved nothing out.
+                EventKind::Transfer(t) => match (&t.money, t.state) {
+                    (Some(m), TransferState::Success) => (m, false),
+                    (Some(m), TransferState::Reversed) => (m, true),
+                    _ => continue,
+                },
                 _ => continue,
             };
             let way = if incoming { "in" } else { "out" };

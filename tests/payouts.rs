@@ -1243,3 +1243,117 @@ async fn money_a_parked_debit_takes_back_is_never_paid_out_while_payouts_race_th
     assert!(left >= 0);
     assert!(posts(&fake) as i64 * 100 <= reserved);
 }
+
+/// The console's page of one payout, read from the store as an operator would.
+async fn payout_page(store: &DynamoStore, id: &str) -> (u16, String) {
+    console_get(store, &format!("/payouts/{id}")).await
+}
+
+/// A console page read from the store.
+async fn console_get(store: &DynamoStore, path: &str) -> (u16, String) {
+    use payhook::console::source::StoreSource;
+    use payhook::console::{router, Console};
+    let access = "access-token-of-the-payout-page-0123456789abcdef";
+    let console = Arc::new(Console {
+        source: StoreSource {
+            store: store.clone(),
+            label: "test tables".into(),
+        },
+        // The providers' mappings read the bodies the money figures come from.
+        replay: Some(payhook::runtime::ops(&common::config(30_000), store.clone()).unwrap()),
+        csrf: "csrf-of-the-payout-page".into(),
+        origin: "http://127.0.0.1:9".into(),
+        lease_ms: 30_000,
+        pending_after_ms: 900_000,
+        payout_unresolved_after_ms: 86_400_000,
+        operator: "console:tests".into(),
+        access: access.into(),
+        done: Default::default(),
+    });
+    let res = router(console)
+        .oneshot(
+            Request::get(path)
+                .header("host", "127.0.0.1:9")
+                .header("cookie", format!("payhook_console_9={access}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_payouts_console_page_tells_its_timeline_in_order() {
+    // GIVEN a payout sent to the provider, which then says it failed, twice
+    let store = store("payouts_timeline").await;
+    let (url, fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_t", 1_000, "pay_fund_t").await;
+    let made = pay(
+        &app,
+        payout_request("t1", &payout_body("wallet_t", 100), Some(TOKEN)),
+    )
+    .await;
+    let id = made.body["payout"].as_str().unwrap().to_owned();
+    assert_eq!(posts(&fake), 1);
+    let (_, sent) = payout_page(&store, &id).await;
+    for n in 0..2 {
+        let r = send(&app, signed(&transfer_webhook("transfer.failed", &id, n))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(balance(&store, "wallet_t").await, 1_000);
+
+    // WHEN the operator opens its page
+    let (status, page) = payout_page(&store, &id).await;
+
+    // THEN it says what it is, and its timeline runs opened, reserved, the provider's word,
+    // the money credited back, in that order, each delivery linking to its record
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(r#"data-outcome="failed""#), "{page}");
+    assert!(page.contains("1.00 NGN"), "{page}");
+    assert!(page.contains(r#"href="/accounts/wallet_t""#), "{page}");
+    let at = |text: &str| {
+        page.find(text)
+            .unwrap_or_else(|| panic!("{text} missing: {page}"))
+    };
+    assert!(at(">opened<") < at(">reserved<"), "{page}");
+    assert!(at(">reserved<") < at(">transfer.failed<"), "{page}");
+    assert!(at(">reserved<") < at(">payout_failed<"), "{page}");
+    assert_eq!(page.matches(r#"class="delivery""#).count(), 2, "{page}");
+    assert!(
+        page.contains("the reserved money was credited back"),
+        "{page}"
+    );
+    // AND before the word it said the money stays reserved, waiting for the provider
+    assert!(sent.contains("the money stays reserved"), "{sent}");
+    // AND a payout the provider paid is money out on the traffic page (the failed one is not)
+    let paid = pay(
+        &app,
+        payout_request("t2", &payout_body("wallet_t", 100), Some(TOKEN)),
+    )
+    .await;
+    let paid = paid.body["payout"].as_str().unwrap().to_owned();
+    let r = send(
+        &app,
+        signed(&transfer_webhook("transfer.succeeded", &paid, 0)),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let (_, traffic) = console_get(&store, "/traffic?window=day").await;
+    let money = &traffic[traffic
+        .find(r#"id="money""#)
+        .unwrap_or_else(|| panic!("{traffic}"))..];
+    assert!(
+        money.contains("<td>10.00 NGN</td><td>1.00 NGN</td>"),
+        "in 10.00 (the funding), out 1.00 (the paid payout): {money}"
+    );
+    // AND an unknown id is a 404 that says what to do
+    let (missing, body) = payout_page(&store, "po_nosuch").await;
+    assert_eq!(missing, 404, "{body}");
+    assert!(body.contains("payhook payouts list"), "{body}");
+}

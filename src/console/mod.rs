@@ -159,6 +159,7 @@ pub fn router<S: Source>(console: Shared<S>) -> Router {
         .route("/attention", get(attention::<S>))
         .route("/search", get(search::<S>))
         .route("/payouts", get(payouts::<S>))
+        .route("/payouts/{id}", get(payout::<S>))
         .route("/traffic", get(traffic::<S>))
         .route("/replay", post(replay::<S>))
         .route("/replays/{id}", get(replay_result::<S>))
@@ -715,6 +716,56 @@ async fn payouts<S: Source>(
         }
         Err(e) => failed(&c, &e),
     }
+}
+
+/// One payout's timeline: opened and reserved, each send, the provider's words and each
+/// settlement movement, with the deliveries about its transfer.
+async fn payout<S: Source>(State(c): State<Shared<S>>, Path(id): Path<String>) -> Response {
+    let result = async {
+        let Some(found) = c.source.find(&id).await? else {
+            return Ok(None);
+        };
+        let Some(p) = found
+            .into_iter()
+            .find(|m| html::s(m, "kind") == "payout")
+            .map(|m| m["payout"].clone())
+        else {
+            return Ok(Some((Value::Null, Vec::new())));
+        };
+        let filter = crate::eventlog::LogFilter {
+            provider: crate::providers::registered(html::s(&p, "provider")),
+            reference: crate::domain::Reference::parse(&id).ok(),
+            ..Default::default()
+        };
+        let q = DeliveryQuery {
+            filter,
+            limit: SEARCH_ROWS,
+            cursor: None,
+            with_bodies: false,
+            with_details: true,
+        };
+        let deliveries = rows(c.source.deliveries(&q).await?)?;
+        Ok::<_, SourceError>(Some((p, deliveries)))
+    }
+    .await;
+    let (status, body) = match result {
+        Ok(Some((p, deliveries))) if !p.is_null() => {
+            (StatusCode::OK, pages::payout(&p, &deliveries))
+        }
+        Ok(Some(_)) => (
+            StatusCode::NOT_FOUND,
+            html::note("nothing", &format!("no payout has the id {id:?}: check it in the search box, or `payhook payouts list`")),
+        ),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            html::note("nopayouts", "the read API does not serve payouts: run the console on the store"),
+        ),
+        Err(e) => return failed(&c, &e),
+    };
+    html(
+        status,
+        html::page("Payout", "payouts", &c.source.label(), &body),
+    )
 }
 
 /// Open payouts the payouts page reads.

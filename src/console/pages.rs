@@ -677,10 +677,10 @@ pub fn attention(
                 .iter()
                 .map(|p| {
                     vec![
-                        format!("<code>{}</code>", esc(s(p, "payout"))),
+                        payout_link(s(p, "payout")),
                         esc(s(p, "provider")),
-                        esc(s(p, "account")),
-                        format!("{} {}", n(p, "amount"), esc(s(p, "currency"))),
+                        account_link(s(p, "account")),
+                        esc(&money(n(p, "amount"), s(p, "currency"))),
                         esc(s(p, "status")),
                         n(p, "sends").to_string(),
                         esc(s(p, "why")),
@@ -889,6 +889,134 @@ pub fn no_payment(provider: &str, reference: &str, deliveries: &[Value]) -> Stri
     body
 }
 
+fn payout_link(id: &str) -> String {
+    format!(
+        r#"<a class="payout" href="/payouts/{}">{}</a>"#,
+        enc(id),
+        esc(id)
+    )
+}
+
+/// What a payout in `status` waits for, in words, and what resolves it.
+fn payout_next(p: &Value) -> String {
+    let id = s(p, "payout");
+    let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
+    match s(p, "status") {
+        "new" => "opened; its reservation is being written (a retry of the request finishes it)".to_owned(),
+        "refused" => "refused before any money moved: the balance did not cover it".to_owned(),
+        "reserved" => format!("reserved, not sent yet: the next `payhook payouts resolve {id}` or reconciliation pass sends it under the same reference"),
+        "sent" if flag("ambiguous") => format!("the last send's outcome is unknown (a timeout or a 5xx): the next look asks the provider about this reference before anything else; the money stays reserved (`payhook payouts resolve {id}`)"),
+        "sent" if flag("accepted") => "the provider has it: waiting for its final word (webhook or reconciliation); the money stays reserved".to_owned(),
+        "sent" => "sent: waiting for the provider to confirm it has it; the money stays reserved".to_owned(),
+        "failed" => "the provider said it failed: the reserved money was credited back".to_owned(),
+        "reversed" => "the provider reversed it after paying: the money was credited back".to_owned(),
+        "paid" => "the provider paid it: settled".to_owned(),
+        other => esc(other),
+    }
+}
+
+/// One payout: its facts, what it waits for, and its timeline in time order.
+pub fn payout(p: &Value, deliveries: &[Value]) -> String {
+    let id = s(p, "payout");
+    let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let mut rows = vec![
+        ("payout", esc(id)),
+        ("status", badge(s(p, "status"))),
+        ("provider", esc(s(p, "provider"))),
+        ("account", account_link(s(p, "account"))),
+        ("amount", esc(&money(n(p, "amount"), s(p, "currency")))),
+        ("sends", n(p, "sends").to_string()),
+        ("provider words", esc(&p["words"].to_string())),
+        ("provider status", esc(s(p, "provider_status"))),
+        ("last send unknown", flag("ambiguous").to_string()),
+        ("provider has it", flag("accepted").to_string()),
+    ];
+    if !s(p, "refused").is_empty() {
+        rows.push(("provider refused", esc(s(p, "refused"))));
+    }
+    if let Some(available) = p.get("available_minor").and_then(Value::as_i64) {
+        rows.push((
+            "available when refused",
+            esc(&money(available, s(p, "currency"))),
+        ));
+    }
+    let mut body = facts(&rows);
+    let _ = write!(
+        body,
+        r#"<p id="payout-next" class="hint">{}</p>"#,
+        payout_next(p)
+    );
+    // Time order: opened, the reservation, each settlement movement, each delivery about it.
+    let mut timeline: Vec<(i64, String, String)> = vec![(
+        n(p, "created_at_ms"),
+        "opened".to_owned(),
+        format!(
+            "{} requested for {}",
+            esc(&money(n(p, "amount"), s(p, "currency"))),
+            account_link(s(p, "account"))
+        ),
+    )];
+    if !matches!(s(p, "status"), "new" | "refused") {
+        timeline.push((
+            n(p, "reserve_at_ms"),
+            "reserved".to_owned(),
+            format!(
+                "{} debited from the balance until the provider's word",
+                esc(&money(n(p, "amount"), s(p, "currency")))
+            ),
+        ));
+    }
+    if let Some(moves) = p.get("moves").and_then(Value::as_object) {
+        for (operation, at) in moves {
+            let what = match operation.as_str() {
+                "payout_failed" => "credited back: the provider said it failed",
+                "payout_reversed" => "credited back: the provider reversed it",
+                "payout_paid" => "settled: the provider paid it",
+                _ => "settled",
+            };
+            timeline.push((at.as_i64().unwrap_or(0), esc(operation), what.to_owned()));
+        }
+    }
+    for d in deliveries {
+        timeline.push((
+            n(d, "received_at_ms"),
+            format!(
+                r#"<a class="delivery" href="/deliveries/{}">{}</a>"#,
+                enc(s(d, "id")),
+                esc(s(d, "event_type"))
+            ),
+            format!("{} {}", badge(s(d, "outcome")), n(d, "http_status")),
+        ));
+    }
+    timeline.push((
+        n(p, "updated_at_ms"),
+        "last change".to_owned(),
+        format!(
+            "{} sends under reference {}; status {}",
+            n(p, "sends"),
+            esc(id),
+            badge(s(p, "status"))
+        ),
+    ));
+    timeline.sort_by_key(|(at, _, _)| *at);
+    let rows: Vec<Vec<String>> = timeline
+        .into_iter()
+        .map(|(at, what, detail)| vec![esc(&time(at)), what, detail])
+        .collect();
+    body.push_str("<h2>Timeline</h2>");
+    body.push_str(&table(
+        "payout-timeline",
+        &["when", "what", "detail"],
+        &rows,
+    ));
+    let _ = write!(
+        body,
+        r#"<p><code>payhook payouts show {}</code> prints the stored record</p>"#,
+        esc(id)
+    );
+    body
+}
+
 /// Open payouts: what each is waiting for, with the provider's words so far.
 pub fn payouts(status: &str, account: &str, list: Option<&[Value]>, cap: usize) -> String {
     let mut body = String::from(r#"<form method="get" action="/payouts" class="filters">"#);
@@ -913,11 +1041,7 @@ pub fn payouts(status: &str, account: &str, list: Option<&[Value]>, cap: usize) 
         .map(|p| {
             let id = s(p, "payout");
             vec![
-                format!(
-                    r#"<a class="payout" href="/search?q={}">{}</a>"#,
-                    enc(id),
-                    esc(id)
-                ),
+                payout_link(id),
                 badge(s(p, "status")),
                 esc(s(p, "provider")),
                 account_link(s(p, "account")),
@@ -1052,7 +1176,7 @@ pub fn search(text: &str, f: &Found) -> String {
                 let p = &m["payout"];
                 let _ = write!(body, "<h2>Payout</h2>");
                 body.push_str(&facts(&[
-                    ("payout", esc(s(p, "payout"))),
+                    ("payout", payout_link(s(p, "payout"))),
                     ("status", badge(s(p, "status"))),
                     ("provider", esc(s(p, "provider"))),
                     ("account", account_link(s(p, "account"))),

@@ -803,3 +803,55 @@ async fn an_order_id_finds_its_payment_account_amount_and_what_each_delivery_was
     let secret_part = signature.split(',').nth(1).unwrap();
     assert!(!one.body.contains(secret_part), "the signature leaked");
 }
+
+#[tokio::test]
+async fn an_account_page_lists_a_hundred_entries_at_a_time_with_sums_that_end_at_the_balance() {
+    // GIVEN an account with 130 credits of 1.00 to 1.30 NGN
+    let store = store("console_account_pages").await;
+    let c = console(&store);
+    let app = app(store.clone(), 30_000);
+    for i in 1..=130 {
+        let body = payment_body(
+            &format!("evt_acct_{i}"),
+            &format!("pay_acct_{i:03}"),
+            "wallet_pages",
+            100 + i,
+            "NGN",
+        );
+        assert_eq!(common::send(&app, common::signed(&body)).await.status, 200);
+    }
+    let balance: i64 = (1..=130).map(|i| 100 + i).sum();
+
+    // WHEN the operator opens the account
+    let first = get(&c, "/accounts/wallet_pages").await;
+
+    // THEN the newest 100 entries are listed, the newest first with the balance as its sum
+    assert_eq!(first.status, 200, "{}", first.body);
+    let sums = |body: &str| -> Vec<String> {
+        body.split(r#"<span class="running">"#)
+            .skip(1)
+            .map(|rest| rest.split('<').next().unwrap().to_owned())
+            .collect()
+    };
+    let page_one = sums(&first.body);
+    assert_eq!(page_one.len(), 100, "{}", first.body);
+    assert_eq!(
+        page_one[0],
+        format!("{}.{:02} NGN", balance / 100, balance % 100)
+    );
+    assert!(first.body.contains("1 to 100 of 130"), "{}", first.body);
+    // AND "older entries" lists the other 30, the oldest summing to its own amount (1.01)
+    let marker = r#"id="older-entries" href=""#;
+    let at = first.body.find(marker).unwrap() + marker.len();
+    let older = first.body[at..]
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let second = get(&c, &older).await;
+    let page_two = sums(&second.body);
+    assert_eq!(page_two.len(), 30, "{}", second.body);
+    assert_eq!(page_two.last().unwrap(), "1.01 NGN");
+    assert!(second.body.contains("101 to 130 of 130"), "{}", second.body);
+    assert!(!second.body.contains("older-entries"), "{}", second.body);
+}

@@ -569,14 +569,24 @@ async fn payment<S: Source>(
     }
 }
 
-async fn account<S: Source>(State(c): State<Shared<S>>, Path(account): Path<String>) -> Response {
+async fn account<S: Source>(
+    State(c): State<Shared<S>>,
+    Path(account): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Response {
+    let before = q.get("before").map(String::as_str);
     let result = async {
         let a = AccountId::parse(&account).map_err(|e| SourceError::Invalid(e.to_string()))?;
         c.source.balance(&a).await
     }
     .await;
     match result {
-        Ok(v) => render(&c, &format!("Account {account}"), "", &pages::account(&v)),
+        Ok(v) => render(
+            &c,
+            &format!("Account {account}"),
+            "",
+            &pages::account(&v, before),
+        ),
         Err(e) => failed(&c, &e),
     }
 }

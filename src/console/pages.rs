@@ -495,7 +495,22 @@ fn provider_of_key(key: &str) -> &str {
 }
 
 /// An account: balances per currency, and its entries with a running sum per currency.
-pub fn account(v: &Value) -> String {
+/// Entries an account page lists; older ones are a link away.
+pub const ENTRY_ROWS: usize = 100;
+
+/// An entry's place in time order, as the account page's cursor: `{at_ms}:{key}`.
+fn entry_position(p: &Value) -> (i64, String) {
+    (
+        p["at_ms"].as_i64().unwrap_or(n(p, "posted_at_ms")),
+        s(p, "key").to_owned(),
+    )
+}
+
+/// An account: balances, and its entries newest first, [`ENTRY_ROWS`] a page (`before`: the
+/// position of the last entry of the page before), each with the running sum after it. The
+/// sums start from the balance less every entry listed, so they end at the balance even when
+/// older entries are folded into a checkpoint.
+pub fn account(v: &Value, before: Option<&str>) -> String {
     let mut body = String::from(
         r#"<table id="balances"><thead><tr><th>currency</th><th>balance</th></tr></thead><tbody>"#,
     );
@@ -522,22 +537,25 @@ pub fn account(v: &Value) -> String {
         return body;
     };
     let mut sorted: Vec<&Value> = postings.iter().collect();
-    sorted.sort_by_key(|p| {
-        (
-            p["at_ms"].as_i64().unwrap_or(n(p, "posted_at_ms")),
-            s(p, "key").to_owned(),
-        )
-    });
+    sorted.sort_by_key(|p| entry_position(p));
+    // Opening sums: the balance less every entry listed (entries folded into a checkpoint).
     let mut running: BTreeMap<String, i64> = BTreeMap::new();
-    let rows: Vec<Vec<String>> = sorted
+    for (currency, minor) in v["balances"].as_object().into_iter().flatten() {
+        running.insert(currency.clone(), minor.as_i64().unwrap_or_default());
+    }
+    for p in &sorted {
+        let sum = running.entry(s(p, "currency").to_owned()).or_default();
+        *sum = sum.saturating_sub(n(p, "amount_minor"));
+    }
+    let mut rows: Vec<(String, Vec<String>)> = sorted
         .iter()
         .map(|p| {
             let currency = s(p, "currency");
             let amount = n(p, "amount_minor");
             let sum = running.entry(currency.to_owned()).or_default();
             *sum = sum.saturating_add(amount);
-            let at = p["at_ms"].as_i64().unwrap_or(n(p, "posted_at_ms"));
-            vec![
+            let (at, key) = entry_position(p);
+            let cells = vec![
                 esc(&time(at)),
                 esc(s(p, "key")),
                 payment_link(provider_of_key(s(p, "key")), s(p, "reference")),
@@ -546,15 +564,37 @@ pub fn account(v: &Value) -> String {
                     r#"<span class="running">{}</span>"#,
                     esc(&money(*sum, currency))
                 ),
-            ]
+            ];
+            (format!("{at:013}:{key}"), cells)
         })
         .collect();
-    body.push_str("<h2>Entries</h2>");
+    rows.reverse();
+    let total = rows.len();
+    let start = before.map_or(0, |b| {
+        rows.iter().take_while(|(pos, _)| pos.as_str() >= b).count()
+    });
+    let page: Vec<(String, Vec<String>)> = rows.into_iter().skip(start).take(ENTRY_ROWS).collect();
+    let _ = write!(
+        body,
+        r#"<h2>Entries</h2><p id="entries-shown">newest first: {} to {} of {total}</p>"#,
+        (start + 1).min(total),
+        start + page.len()
+    );
+    let older = page.last().map(|(pos, _)| pos.clone());
+    let cells: Vec<Vec<String>> = page.into_iter().map(|(_, c)| c).collect();
     body.push_str(&table(
         "entries",
-        &["at", "key", "payment", "amount", "running sum"],
-        &rows,
+        &["at", "key", "payment", "amount", "running sum after"],
+        &cells,
     ));
+    if let (Some(pos), true) = (older, start + cells.len() < total) {
+        let _ = write!(
+            body,
+            r#"<nav class="paging"><a id="older-entries" href="/accounts/{}?{}">older entries</a></nav>"#,
+            enc(s(v, "account")),
+            query(&[("before", pos)])
+        );
+    }
     body
 }
 

@@ -465,6 +465,67 @@ async fn rolled_up<S: EventLog>(
     Ok(tally)
 }
 
+const DAY_MS: i64 = 86_400_000;
+
+/// Deliveries per `{provider}#{outcome}` of each whole UTC day from `from_ms`'s day until the
+/// last day wholly closed at store time `now_ms` (each day's start -> its totals). A day's
+/// totals are stored once, as the sum of its 1,440 stored minutes, so a week is one batched
+/// read; a day whose minutes are not all stored yet is left out (a reader treats it as unknown,
+/// never as empty).
+pub async fn day_totals<S: EventLog>(
+    store: &S,
+    from_ms: i64,
+    now_ms: i64,
+) -> Result<crate::eventlog::Rollups, ReadError> {
+    use crate::eventlog::RollupKind;
+    let closed_end = now_ms - CLOSED_AFTER_MS;
+    let days: Vec<i64> = std::iter::successors(Some(from_ms.div_euclid(DAY_MS) * DAY_MS), |d| {
+        Some(d + DAY_MS)
+    })
+    .take_while(|d| d + DAY_MS <= closed_end)
+    .collect();
+    let mut totals = store.day_rollups(RollupKind::Deliveries, &days).await?;
+    for day in days {
+        if totals.contains_key(&day) {
+            continue;
+        }
+        let minutes = store
+            .rollups(RollupKind::Deliveries, day, day + DAY_MS)
+            .await?;
+        if i64::try_from(minutes.len()).ok() != Some(DAY_MS / MINUTE_MS) {
+            continue;
+        }
+        let mut sum = crate::eventlog::MinuteCounts::new();
+        for counts in minutes.into_values() {
+            for (k, n) in counts {
+                *sum.entry(k).or_default() += n;
+            }
+        }
+        store
+            .put_day_rollup(RollupKind::Deliveries, day, &sum)
+            .await?;
+        totals.insert(day, sum);
+    }
+    Ok(totals)
+}
+
+/// The first instant from which deliveries with `outcome` may exist in `[since_ms, …)`: past
+/// every leading whole day whose stored totals hold none (so a page of them reads no empty
+/// days). A day without totals ends the skip.
+pub fn first_possible(totals: &crate::eventlog::Rollups, outcome: Outcome, since_ms: i64) -> i64 {
+    let suffix = format!("#{outcome}");
+    let mut from = since_ms;
+    let mut day = since_ms.div_euclid(DAY_MS) * DAY_MS;
+    while let Some(counts) = totals.get(&day) {
+        if counts.iter().any(|(k, n)| *n > 0 && k.ends_with(&suffix)) {
+            break;
+        }
+        day += DAY_MS;
+        from = from.max(day);
+    }
+    from
+}
+
 /// Stores the rollups (deliveries and money) of every closed minute of `[since_ms, until_ms)`
 /// not stored yet, a walk budget at a time, so the pages that read them later find them all:
 /// what the console runs in the background when it starts, so no operator's first page pays
@@ -488,6 +549,7 @@ pub async fn warm_rollups<S: EventLog>(
             return Ok(false);
         }
     }
+    day_totals(store, window.0, window.2).await?;
     Ok(true)
 }
 
@@ -666,6 +728,35 @@ impl Cursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_leading_days_known_to_hold_none_are_skipped() {
+        let day = DAY_MS;
+        let since = 10 * day + 5_000;
+        let counts = |pairs: &[(&str, u64)]| -> crate::eventlog::MinuteCounts {
+            pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
+        };
+        let mut totals = crate::eventlog::Rollups::new();
+        totals.insert(10 * day, counts(&[("generic#applied", 40)]));
+        totals.insert(
+            11 * day,
+            counts(&[("stripe#parked", 0), ("generic#applied", 3)]),
+        );
+        totals.insert(12 * day, counts(&[("stripe#parked", 2)]));
+        // Days 10 and 11 hold no parked delivery: start at day 12, which does.
+        assert_eq!(first_possible(&totals, Outcome::Parked, since), 12 * day);
+        // Nothing known holds a failed one: past every known day, not one day further.
+        assert_eq!(first_possible(&totals, Outcome::Failed, since), 13 * day);
+        // A day without totals (not stored yet) is never skipped, nor anything after it.
+        totals.remove(&(11 * day));
+        assert_eq!(first_possible(&totals, Outcome::Parked, since), 11 * day);
+        assert_eq!(
+            first_possible(&crate::eventlog::Rollups::new(), Outcome::Failed, since),
+            since
+        );
+        // Applied deliveries on day 10: no skip at all.
+        assert_eq!(first_possible(&totals, Outcome::Applied, since), since);
+    }
 
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {

@@ -644,3 +644,110 @@ async fn store_for_tally_budget(all: &[Delivery]) -> DynamoStore {
     }
     fresh
 }
+
+#[tokio::test]
+async fn pages_are_exact_when_each_shard_of_a_day_holds_many() {
+    // GIVEN 400 deliveries within one hour (a dozen per index shard), a third of them failed
+    let store = store("dense_pages").await;
+    let start = payhook::domain::now_ms() - 3_600_000;
+    let mut all = Vec::new();
+    for i in 0..400i64 {
+        let outcome = if i % 3 == 0 {
+            Outcome::Failed
+        } else {
+            Outcome::Applied
+        };
+        let d = synthetic(start + i * 8_000 + (i * 7919) % 5_000, "dense", outcome);
+        all.push(d);
+    }
+    let appends = all.iter().map(|d| store.append(d));
+    futures::future::try_join_all(appends).await.unwrap();
+    let newest_first = |mut v: Vec<Delivery>| {
+        v.sort_by(|a, b| b.id.cmp(&a.id));
+        v.into_iter().map(|d| d.id).collect::<Vec<_>>()
+    };
+    let window = LogFilter {
+        since_ms: Some(start - 1),
+        until_ms: Some(start + 3_600_000),
+        ..LogFilter::default()
+    };
+    let failed = LogFilter {
+        outcome: Some(Outcome::Failed),
+        ..window.clone()
+    };
+    // WHEN every page is read, at several page sizes
+    for limit in [1, 7, 50, 101, 500] {
+        // THEN the pages hold exactly every delivery, newest first, none twice
+        let got: Vec<_> = pages(&store, &window, limit)
+            .await
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        assert_eq!(got, newest_first(all.clone()), "limit {limit}");
+        let got: Vec<_> = pages(&store, &failed, limit)
+            .await
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        let want = newest_first(
+            all.iter()
+                .filter(|d| d.outcome == Outcome::Failed)
+                .cloned()
+                .collect(),
+        );
+        assert_eq!(got, want, "failed, limit {limit}");
+    }
+}
+
+/// #33: the attention page skips whole closed days that hold none of an outcome, from each
+/// day's totals, stored once as the sum of its 1,440 stored minutes.
+#[tokio::test]
+async fn a_closed_day_s_totals_are_the_sum_of_its_minutes_and_only_whole_days_have_them() {
+    use payhook::read::{day_totals, first_possible, tally};
+    // GIVEN deliveries three days ago (applied only) and two days ago (applied and parked)
+    let store = store("day_totals").await;
+    let now = payhook::domain::now_ms();
+    let day = 86_400_000;
+    let d3 = (now / day - 3) * day;
+    let d2 = d3 + day;
+    let mut all = Vec::new();
+    for i in 0..48i64 {
+        let (at, outcome) = if i < 24 {
+            (d3 + i * 3_600_000 + 17, Outcome::Applied)
+        } else if i % 2 == 0 {
+            (d2 + (i - 24) * 3_600_000 + 17, Outcome::Parked)
+        } else {
+            (d2 + (i - 24) * 3_600_000 + 17, Outcome::Applied)
+        };
+        let d = synthetic(at, &format!("day{i}"), outcome);
+        store.append(&d).await.unwrap();
+        all.push(d);
+    }
+    // WHEN nothing has stored the days' minutes yet
+    let before = day_totals(&store, d3, now).await.unwrap();
+    // THEN no day has totals: unknown is never read as empty
+    assert!(before.is_empty(), "{before:?}");
+    assert_eq!(first_possible(&before, Outcome::Parked, d3), d3);
+
+    // WHEN the two days are tallied (storing their minutes), then totalled
+    assert!(tally(&store, d3, d2 + day, now).await.unwrap().complete);
+    let totals = day_totals(&store, d3, now).await.unwrap();
+    // THEN each whole day's totals are its deliveries, by provider and outcome
+    assert_eq!(totals[&d3].get("generic#applied"), Some(&24));
+    assert_eq!(totals[&d3].get("generic#parked"), None);
+    assert_eq!(totals[&d2].get("generic#parked"), Some(&12));
+    assert_eq!(totals[&d2].get("generic#applied"), Some(&12));
+    // AND yesterday and today (minutes not stored) have none
+    assert_eq!(totals.len(), 2, "{:?}", totals.keys());
+    // AND a page of parked deliveries starts at two days ago; of failed ones, after both days
+    assert_eq!(first_possible(&totals, Outcome::Parked, d3 + 5), d2);
+    assert_eq!(first_possible(&totals, Outcome::Failed, d3 + 5), d2 + day);
+    // AND the totals are stored: a delivery written into a closed day afterwards (which the
+    // closing horizon says cannot happen) does not change them
+    store
+        .append(&synthetic(d3 + 60_000, "late", Outcome::Failed))
+        .await
+        .unwrap();
+    let again = day_totals(&store, d3, now).await.unwrap();
+    assert_eq!(again, totals);
+}

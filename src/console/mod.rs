@@ -430,7 +430,8 @@ async fn all_of<S: Source>(
     cap: usize,
 ) -> Result<(Vec<Value>, bool), SourceError> {
     let mut q = DeliveryQuery {
-        limit: MAX_PAGE,
+        // No more read than the cap needs (and one to know whether there are more).
+        limit: MAX_PAGE.min(cap + 1),
         cursor: None,
         // A walk that counts: rows' details are not shown.
         with_details: false,
@@ -837,14 +838,17 @@ async fn still_waiting<S: Source>(
 async fn attention<S: Source>(State(c): State<Shared<S>>) -> Response {
     let now = now_ms();
     let result = async {
-        // Each outcome's week of sparse-index partitions, and the open payments and payouts,
-        // read at once.
+        // The week's whole closed days that hold none of an outcome are not read for it (a
+        // day's stored totals say so: one batched read), so a quiet outcome reads today only.
+        let since = now - crate::http::read::MAX_WINDOW_MS + 1;
+        let totals = c.source.day_totals(since).await?.unwrap_or_default();
+        // Each outcome's sparse-index partitions, and the open payments and payouts, at once.
         let lists = ATTENTION.map(|outcome| {
-            let c = &c;
+            let (c, totals) = (&c, &totals);
             async move {
                 let f = Filter {
                     outcome: outcome.as_str().to_owned(),
-                    since_ms: Some(now - crate::http::read::MAX_WINDOW_MS + 1),
+                    since_ms: Some(crate::read::first_possible(totals, outcome, since)),
                     until_ms: Some(now),
                     limit: MAX_PAGE,
                     ..Filter::default()

@@ -91,6 +91,12 @@ pub trait Source: Send + Sync + 'static {
         since_ms: i64,
         until_ms: i64,
     ) -> impl Future<Output = Result<Option<read::Tally>, SourceError>> + Send;
+    /// Deliveries per `{provider}#{outcome}` of each whole closed UTC day from `since_ms`'s
+    /// ([`read::day_totals`]), or `None` when the source has none (the read API).
+    fn day_totals(
+        &self,
+        since_ms: i64,
+    ) -> impl Future<Output = Result<Option<crate::eventlog::Rollups>, SourceError>> + Send;
     /// Payouts not settled yet (reserved, sent, or waiting for the provider's word), oldest
     /// first, at most `limit`; `None` when the source cannot list them (the read API).
     fn open_payouts(
@@ -164,6 +170,14 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         Ok(Some(
             read::tally(&self.store, since_ms, until_ms, now).await?,
         ))
+    }
+
+    async fn day_totals(
+        &self,
+        since_ms: i64,
+    ) -> Result<Option<crate::eventlog::Rollups>, SourceError> {
+        let now = self.store.now_ms();
+        Ok(Some(read::day_totals(&self.store, since_ms, now).await?))
     }
 
     async fn open_payouts(&self, limit: usize) -> Result<Option<Vec<Value>>, SourceError> {
@@ -396,6 +410,13 @@ impl Source for ApiSource {
     }
 
     async fn unsettled_payouts(&self, _horizon_ms: i64) -> Result<Option<Vec<Value>>, SourceError> {
+        Ok(None)
+    }
+
+    async fn day_totals(
+        &self,
+        _since_ms: i64,
+    ) -> Result<Option<crate::eventlog::Rollups>, SourceError> {
         Ok(None)
     }
 

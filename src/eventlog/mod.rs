@@ -261,6 +261,20 @@ pub trait EventLog: Sync {
         minute_ms: i64,
         counts: &MinuteCounts,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The stored totals of whole closed UTC days (each day's start, epoch ms) among `days`:
+    /// one batched read. See [`crate::read::day_totals`].
+    fn day_rollups(
+        &self,
+        kind: RollupKind,
+        days: &[i64],
+    ) -> impl Future<Output = Result<Rollups, StoreError>> + Send;
+    /// Stores a whole closed day's totals once (the sum of its 1,440 stored minutes).
+    fn put_day_rollup(
+        &self,
+        kind: RollupKind,
+        day_ms: i64,
+        counts: &MinuteCounts,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// What a minute's rollup counts.

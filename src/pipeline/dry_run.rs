@@ -537,6 +537,20 @@ impl<S: EventLog + Send + Sync> EventLog for DryRun<S> {
     ) -> Result<(), StoreError> {
         Ok(())
     }
+
+    async fn day_rollups(&self, kind: RollupKind, days: &[i64]) -> Result<Rollups, StoreError> {
+        self.inner.day_rollups(kind, days).await
+    }
+
+    /// Not stored, as [`EventLog::put_rollup`].
+    async fn put_day_rollup(
+        &self,
+        _kind: RollupKind,
+        _day_ms: i64,
+        _counts: &MinuteCounts,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: Payouts + Send + Sync> Payouts for DryRun<S> {

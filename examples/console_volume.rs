@@ -1,10 +1,13 @@
 //! The console at volume, for #33: loads `DELIVERIES` (default 100,000) synthetic deliveries
 //! spread over the last 24 hours into fresh tables (named `PAYHOOK_*_TABLE`, or `cvol-{pid}-…`),
-//! then times each console page through its router, in process: the first load (which counts
-//! and stores the closed minutes' rollups), then `RUNS` more. Prints JSON (p50 and p95 in ms per
-//! page) on stdout, progress on stderr. A benchmark, not a test: run it on a quiet machine.
+//! times `/deliveries` once cold, runs the console's start-up warm-up (rollups), then times each
+//! console page through its router, in process: the first load, then `RUNS` more, and the bulk
+//! dry run of the 1,000 newest parked deliveries through the replay form. Prints JSON (p50 and
+//! p95 in ms per page) on stdout, progress on stderr. A benchmark, not a test: run it on a
+//! quiet machine, with a generic secret set (the dry run maps the parked bodies).
 //!
 //!   AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8123 DELIVERIES=100000 \
+//!     PAYHOOK_GENERIC_SECRETS=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw \
 //!     cargo run --release --example console_volume
 
 use std::sync::Arc;

@@ -246,6 +246,44 @@ async fn the_console_in_headless_chromium() {
     }
     assert!(refused, "{}", b.source().await);
     assert_eq!(cli_balance(&store), 12_000);
+
+    // WHEN "my customer paid for order ord_7731 and wallet_7 shows nothing": the order id is
+    // typed into the search box every page carries
+    let order = common::event_body(
+        "evt_browser_order",
+        "payment.succeeded",
+        serde_json::json!({"reference": "pay_browser_order", "account": "wallet_7",
+            "amount": 123_456, "currency": "NGN", "metadata": {"order_id": "ord_7731"}}),
+    );
+    let webhook = app(store.clone(), 30_000);
+    assert_eq!(
+        common::send(&webhook, common::signed(&order)).await.status,
+        200
+    );
+    b.goto(&url("/deliveries")).await;
+    b.type_and_submit(r#"header input[name="q"]"#, "ord_7731")
+        .await;
+    // THEN its delivery is found with its amount and account
+    let found = b.texts("#found-by-order tbody td").await;
+    assert!(found.iter().any(|t| t == "1234.56 NGN"), "{found:?}");
+    assert!(found.iter().any(|t| t == "wallet_7"), "{found:?}");
+    b.screenshot(&shots().join("order-search.png")).await;
+    // AND the delivery shows what was answered and which signature headers were checked
+    b.click("#found-by-order a.delivery").await;
+    assert!(b.text("#answer-body").await.contains("applied"));
+    let headers = b.text("#verified-headers").await;
+    assert!(
+        headers.contains("webhook-signature: v1,\u{2022}"),
+        "{headers}"
+    );
+    // AND its account, one click on, holds the money
+    b.click(r#"a[href="/accounts/wallet_7"]"#).await;
+    let shown: i64 = b
+        .attr(r#"td.balance[data-currency="NGN"]"#, "data-minor")
+        .await
+        .parse()
+        .unwrap();
+    assert_eq!(shown, 123_456);
 }
 
 /// The console as another Unix user on the same host would try it: `nobody`, with no AWS

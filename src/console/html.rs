@@ -138,7 +138,7 @@ pub fn page(title: &str, active: &str, source: &str, body: &str) -> String {
 <html lang="en"><head><meta charset="utf-8"><title>{title} · payhook console</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="stylesheet" href="/assets/console.css"></head>
-<body><header><strong>payhook</strong> {nav}<form class="search" method="get" action="/search" role="search"><input name="q" aria-label="search" placeholder="reference, event, transaction, payout, account"></form><span class="source">data: {source}</span></header>
+<body><header><strong>payhook</strong> {nav}<form class="search" method="get" action="/search" role="search"><input name="q" aria-label="search" placeholder="order id, reference, event, payout, account"></form><span class="source">data: {source}</span></header>
 <main><h1>{title}</h1>
 {body}
 </main></body></html>

@@ -182,6 +182,26 @@ impl Browser {
 
     /// Clicks the element and waits for the page it loads (every click here loads one; the
     /// click's answer can come before the page has).
+    /// Types `text` into the field `css` and presses Enter, as an operator submits a form
+    /// from the keyboard; returns once the next page has loaded.
+    pub async fn type_and_submit(&self, css: &str, text: &str) {
+        let before = self.one("html").await;
+        let e = self.one(css).await;
+        call(
+            "POST",
+            &self.url(&format!("/element/{e}/value")),
+            Some(json!({ "text": format!("{text}\u{E007}") })),
+        )
+        .await;
+        for _ in 0..200 {
+            if self.all("html").await.first() != Some(&before) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("submitting {css} loaded no page");
+    }
+
     pub async fn click(&self, css: &str) {
         let before = self.one("html").await;
         let e = self.one(css).await;

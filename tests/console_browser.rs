@@ -1,9 +1,11 @@
 //! The console in a real browser: `payhook console` (the binary) over tables filled by real
 //! signed deliveries, driven through chromedriver in Debian's headless Chromium. The list shows
 //! the right outcomes and counts, filters and paging are exact, a payment's timeline is in
-//! order, the balance is `payhook balance`'s, the chart is drawn, replay's dry run then confirm
-//! applies a parked refund once (a second confirm changes nothing), and a cross-site POST is
-//! refused. Screenshots of each page land in target/console-screenshots/.
+//! order, the balance is `payhook balance`'s, the chart is drawn, a merchant order id typed in
+//! the search box leads to its delivery (answer, masked headers), its payment and its account's
+//! balance, replay's dry run then confirm applies a parked refund once (a second confirm changes
+//! nothing) and needs attention stops listing it, a cross-site POST is refused, and a payout's
+//! own page tells its timeline. Screenshots of each page land in target/console-screenshots/.
 //!
 //! Without Chromium and chromedriver this test says so on stderr and checks nothing, unless
 //! `PAYHOOK_REQUIRE_BROWSER=1` (set by .ci/run, which installs them), where it fails instead.
@@ -207,46 +209,6 @@ async fn the_console_in_headless_chromium() {
     }
     b.resize(1280, 1000).await;
 
-    // WHEN the parked refund is replayed: dry run, then confirm
-    b.goto(&parked_href).await;
-    b.screenshot(&shots().join("delivery.png")).await;
-    let token = b.attr(r#"input[name="csrf"]"#, "value").await;
-    let delivery = b.attr(r#"input[name="delivery"]"#, "value").await;
-    b.click("#replay-one").await;
-    let prediction = b.text("#prediction").await;
-    assert!(
-        prediction.contains(&format!("applied generic:refund:{}", seeded.refund)),
-        "{prediction}"
-    );
-    assert_eq!(cli_balance(&store), 17_000, "the dry run moved nothing");
-    b.screenshot(&shots().join("replay-dry-run.png")).await;
-    b.click("#confirm").await;
-    // THEN it applied once
-    assert!(b.text("#result").await.contains(r#""outcome": "applied""#));
-    assert_eq!(cli_balance(&store), 12_000);
-    // AND a second confirm changes nothing
-    b.goto(&parked_href).await;
-    b.click("#replay-one").await;
-    b.click("#confirm").await;
-    assert!(b.text("#result").await.contains(r#""outcome": "replayed""#));
-    assert_eq!(cli_balance(&store), 12_000);
-
-    // AND a form on another origin, even holding the real token, is refused
-    let evil = cross_site_page(&console.url, &token, &delivery).await;
-    b.goto(&evil).await;
-    b.click("#evil").await;
-    // The click returns before the refusal page has loaded: wait for it (at most 10 s).
-    let mut refused = false;
-    for _ in 0..100 {
-        if b.source().await.contains("cross-site request refused") {
-            refused = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(refused, "{}", b.source().await);
-    assert_eq!(cli_balance(&store), 12_000);
-
     // WHEN "my customer paid for order ord_7731 and wallet_7 shows nothing": the order id is
     // typed into the search box every page carries
     let order = common::event_body(
@@ -276,7 +238,10 @@ async fn the_console_in_headless_chromium() {
         headers.contains("webhook-signature: v1,\u{2022}"),
         "{headers}"
     );
-    // AND its account, one click on, holds the money
+    // AND its payment is PAID into wallet_7, whose balance, one click on, holds the money
+    b.click(r#"a[href="/payments/generic/pay_browser_order"]"#)
+        .await;
+    assert_eq!(b.text("#status").await, "PAID");
     b.click(r#"a[href="/accounts/wallet_7"]"#).await;
     let shown: i64 = b
         .attr(r#"td.balance[data-currency="NGN"]"#, "data-minor")
@@ -284,6 +249,98 @@ async fn the_console_in_headless_chromium() {
         .parse()
         .unwrap();
     assert_eq!(shown, 123_456);
+
+    // WHEN the parked refund is replayed: dry run, then confirm
+    b.goto(&parked_href).await;
+    b.screenshot(&shots().join("delivery.png")).await;
+    let token = b.attr(r#"input[name="csrf"]"#, "value").await;
+    let delivery = b.attr(r#"input[name="delivery"]"#, "value").await;
+    b.click("#replay-one").await;
+    let prediction = b.text("#prediction").await;
+    assert!(
+        prediction.contains(&format!("applied generic:refund:{}", seeded.refund)),
+        "{prediction}"
+    );
+    assert_eq!(cli_balance(&store), 17_000, "the dry run moved nothing");
+    b.screenshot(&shots().join("replay-dry-run.png")).await;
+    b.click("#confirm").await;
+    // THEN it applied once
+    assert!(b.text("#result").await.contains(r#""outcome": "applied""#));
+    assert_eq!(cli_balance(&store), 12_000);
+    // AND a second confirm changes nothing
+    b.goto(&parked_href).await;
+    b.click("#replay-one").await;
+    b.click("#confirm").await;
+    assert!(b.text("#result").await.contains(r#""outcome": "replayed""#));
+    assert_eq!(cli_balance(&store), 12_000);
+    // AND needs attention no longer lists it: its key is finished
+    b.goto(&url("/attention")).await;
+    assert_eq!(b.text(r#"h2 span.count[data-outcome="parked"]"#).await, "0");
+    assert!(
+        b.text(r#"p.settled[data-outcome="parked"]"#)
+            .await
+            .starts_with("1 finished"),
+        "{}",
+        b.source().await
+    );
+
+    // AND a form on another origin, even holding the real token, is refused
+    let evil = cross_site_page(&console.url, &token, &delivery).await;
+    b.goto(&evil).await;
+    b.click("#evil").await;
+    // The click returns before the refusal page has loaded: wait for it (at most 10 s).
+    let mut refused = false;
+    for _ in 0..100 {
+        if b.source().await.contains("cross-site request refused") {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(refused, "{}", b.source().await);
+    assert_eq!(cli_balance(&store), 12_000);
+
+    // WHEN a payout is open, the payouts page links to its own page
+    let payout = open_payout(&store).await;
+    b.goto(&url("/payouts")).await;
+    b.click(&format!(r#"a.payout[href="/payouts/{payout}"]"#))
+        .await;
+    // THEN it says what it waits for, and its timeline starts with its opening
+    assert!(!b.text("#payout-next").await.is_empty());
+    let steps = b.texts("#payout-timeline tbody tr td:nth-child(2)").await;
+    assert_eq!(
+        steps.first().map(String::as_str),
+        Some("opened"),
+        "{steps:?}"
+    );
+    b.screenshot(&shots().join("payout.png")).await;
+}
+
+/// A payout opened (not yet reserved) for 3.00 NGN of `wallet_p`; its id.
+async fn open_payout(store: &DynamoStore) -> String {
+    use payhook::payouts::Payouts;
+    let supports = |_| true;
+    let request = payhook::payouts::PayoutRequest::parse(
+        br#"{"provider":"generic","account":"wallet_p","amount":300,"currency":"NGN","destination":{"bank":"058"}}"#,
+        payhook::payouts::Limits {
+            max_amount_minor: 1_000_000,
+            supports: &supports,
+        },
+    )
+    .unwrap();
+    let id = payhook::payouts::PayoutId::derive(
+        "caller:local",
+        &payhook::payouts::RequestKey::parse("browser-1").unwrap(),
+    );
+    store
+        .open_payout(payhook::payouts::NewPayout {
+            payout: &id,
+            request: &request,
+            shard: 0,
+        })
+        .await
+        .unwrap();
+    id.as_str().to_owned()
 }
 
 /// The console as another Unix user on the same host would try it: `nobody`, with no AWS

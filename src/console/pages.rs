@@ -942,7 +942,7 @@ fn payout_next(p: &Value) -> String {
     let id = s(p, "payout");
     let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
     match s(p, "status") {
-        "new" => "opened; its reservation is being written (a retry of the request finishes it)".to_owned(),
+        "new" => "opened; its reservation is not written yet: the caller's retry of the same request finishes it".to_owned(),
         "refused" => "refused before any money moved: the balance did not cover it".to_owned(),
         "reserved" => format!("reserved, not sent yet: the next `payhook payouts resolve {id}` or reconciliation pass sends it under the same reference"),
         "sent" if flag("ambiguous") => format!("the last send's outcome is unknown (a timeout or a 5xx): the next look asks the provider about this reference before anything else; the money stays reserved (`payhook payouts resolve {id}`)"),

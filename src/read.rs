@@ -68,15 +68,27 @@ pub async fn balance<S: Ledger>(
     account: &AccountId,
     with_postings: bool,
 ) -> Result<BalanceView, ReadError> {
-    let as_of_ms = now_ms();
-    let balance = store.balance(account).await?;
+    let mut as_of_ms = now_ms();
+    let mut balance = store.balance(account).await?;
     if balance.entries == 0 {
         return Err(ReadError::NotFound {
             what: format!("account {:?} (no ledger entries)", account.as_str()),
         });
     }
     let postings = if with_postings {
-        Some(store.entries(account).await?)
+        // The entries and the balance are two reads: read again until they agree (entries are
+        // append-only, so the same count is the same entries), so running sums over the list
+        // end at the balance shown.
+        let mut listed = store.entries(account).await?;
+        for _ in 0..3 {
+            if u64::try_from(listed.len()).ok() == Some(balance.entries) {
+                break;
+            }
+            as_of_ms = now_ms();
+            balance = store.balance(account).await?;
+            listed = store.entries(account).await?;
+        }
+        Some(listed)
     } else {
         None
     };
@@ -355,7 +367,7 @@ impl Tally {
 /// (older than [`CLOSED_AFTER_MS`] at store time `now_ms`) are read from stored rollups, and a
 /// closed minute not stored yet is counted from the log once and stored; only the open tail and
 /// a window's partial first and last minutes are walked on every call.
-pub async fn tally<S: EventLog>(
+pub async fn tally<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     since_ms: i64,
     until_ms: i64,
@@ -365,7 +377,7 @@ pub async fn tally<S: EventLog>(
 }
 
 /// [`tally`], walking at most `walk_budget` deliveries.
-pub async fn tally_within<S: EventLog>(
+pub async fn tally_within<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     since_ms: i64,
     until_ms: i64,
@@ -396,7 +408,7 @@ impl Counted<'_> {
 
 /// Per-minute counts over `(since, until, now)`: stored rollups of closed minutes (computed
 /// once when missing), plus a walk of the partial edges and the open tail.
-async fn rolled_up<S: EventLog>(
+async fn rolled_up<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     what: &Counted<'_>,
     (since_ms, until_ms, now_ms): (i64, i64, i64),
@@ -531,7 +543,7 @@ pub fn first_possible(totals: &crate::eventlog::Rollups, outcome: Outcome, since
 /// what the console runs in the background when it starts, so no operator's first page pays
 /// for a week of log. True when everything was stored within `max_calls` walks of each kind
 /// (else later pages store the rest).
-pub async fn warm_rollups<S: EventLog>(
+pub async fn warm_rollups<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     providers: &crate::providers::Providers,
     window: (i64, i64, i64),
@@ -556,7 +568,7 @@ pub async fn warm_rollups<S: EventLog>(
 /// Counts `[from_ms, to_ms)` oldest first from the log, by minute, spending `budget`
 /// deliveries; returns the counts and how far they are complete (`to_ms` when whole; else the
 /// start of the minute the budget ran out in, so no partly counted minute is passed on).
-async fn walk<S: EventLog>(
+async fn walk<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     what: &Counted<'_>,
     from_ms: i64,
@@ -608,7 +620,7 @@ pub type MoneyByDay = BTreeMap<(String, String), (i64, i64)>;
 /// reversed payouts in; refunds, dispute withdrawals and payouts the provider paid out. Closed minutes come from stored money rollups
 /// (counted from the bodies once); the open tail is read. At most `max_walk` deliveries are
 /// walked; the flag says whether every applied delivery was counted.
-pub async fn money_moved<S: EventLog>(
+pub async fn money_moved<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     providers: &crate::providers::Providers,
     (since_ms, until_ms, now_ms): (i64, i64, i64),
@@ -642,13 +654,12 @@ fn minute_of(d: &Delivery) -> i64 {
 
 /// Adds the money of the applied deliveries of `page` to their minutes, reading their bodies a
 /// batch at once.
-async fn count_money<S: EventLog>(
+async fn count_money<S: EventLog + crate::payouts::Payouts>(
     store: &S,
     providers: &crate::providers::Providers,
     page: &[Delivery],
     out: &mut crate::eventlog::Rollups,
 ) -> Result<(), ReadError> {
-    use crate::domain::{DisputeMovement, EventKind, TransferState};
     let applied: Vec<&Delivery> = page
         .iter()
         .filter(|d| d.outcome == Outcome::Applied)
@@ -657,24 +668,8 @@ async fn count_money<S: EventLog>(
         let bodies =
             futures::future::try_join_all(batch.iter().map(|d| store.with_body(d))).await?;
         for d in bodies {
-            let Ok(event) = crate::replay::event_of(providers, &d) else {
+            let Some((money, incoming)) = money_of(store, providers, &d).await? else {
                 continue;
-            };
-            let (money, incoming) = match &event.kind {
-                EventKind::PaymentSucceeded(p) => (&p.money, true),
-                EventKind::RefundSucceeded(r) | EventKind::CancelOrRefund(r) => (&r.money, false),
-                EventKind::RefundReversed(r) => (&r.money, true),
-                EventKind::Dispute { facts, movement } => {
-                    (&facts.money, *movement == DisputeMovement::Reinstatement)
-                }
-                // A payout leaves when the provider says it paid it, and comes back when it
-                // says it reversed it; a failure before payment moved nothing out.
-                EventKind::Transfer(t) => match (&t.money, t.state) {
-                    (Some(m), TransferState::Success) => (m, false),
-                    (Some(m), TransferState::Reversed) => (m, true),
-                    _ => continue,
-                },
-                _ => continue,
             };
             let way = if incoming { "in" } else { "out" };
             let key = format!("{}#{way}", money.currency.as_str());
@@ -688,6 +683,78 @@ async fn count_money<S: EventLog>(
         }
     }
     Ok(())
+}
+
+/// The money an applied delivery moved, and whether it came in: through the provider's own
+/// mapping of its body, or, for a payout's settlement, the payout's own amount (a transfer
+/// webhook may name none; payhook's own check of a payout logs no provider body).
+async fn money_of<S: EventLog + crate::payouts::Payouts>(
+    store: &S,
+    providers: &crate::providers::Providers,
+    d: &Delivery,
+) -> Result<Option<(crate::domain::Money, bool)>, ReadError> {
+    use crate::domain::{DisputeMovement, EventKind, TransferState};
+    let transfer = if d.event_type == crate::pipeline::PROVIDER_ANSWER {
+        provider_answer(d)
+    } else {
+        let Ok(event) = crate::replay::event_of(providers, d) else {
+            return Ok(None);
+        };
+        match event.kind {
+            EventKind::PaymentSucceeded(p) => return Ok(Some((p.money, true))),
+            EventKind::RefundSucceeded(r) | EventKind::CancelOrRefund(r) => {
+                return Ok(Some((r.money, false)))
+            }
+            EventKind::RefundReversed(r) => return Ok(Some((r.money, true))),
+            EventKind::Dispute { facts, movement } => {
+                return Ok(Some((
+                    facts.money,
+                    movement == DisputeMovement::Reinstatement,
+                )))
+            }
+            EventKind::Transfer(t) => Some((t.reference, t.state, t.money)),
+            _ => None,
+        }
+    };
+    // A payout leaves when the provider says it paid it and comes back when it says it
+    // reversed it; a failure before payment moved nothing out.
+    let Some((reference, state, money)) = transfer else {
+        return Ok(None);
+    };
+    let incoming = match state {
+        TransferState::Success => false,
+        TransferState::Reversed => true,
+        TransferState::Failed | TransferState::Pending => return Ok(None),
+    };
+    let money = match money {
+        Some(m) => Some(m),
+        None => match crate::payouts::PayoutId::parse(reference.as_str()) {
+            Some(id) => store.payout(&id).await?.and_then(|p| p.money().ok()),
+            None => None,
+        },
+    };
+    Ok(money.map(|m| (m, incoming)))
+}
+
+/// The reference and word of payhook's own record of a provider's answer about a payout
+/// (`{"payout", "state", "provider_status"}`, logged by [`crate::pipeline`]).
+fn provider_answer(
+    d: &Delivery,
+) -> Option<(
+    crate::domain::Reference,
+    crate::domain::TransferState,
+    Option<crate::domain::Money>,
+)> {
+    use crate::domain::TransferState;
+    let body: serde_json::Value = serde_json::from_str(d.raw_body.as_deref()?).ok()?;
+    let state = match body["state"].as_str()? {
+        "success" => TransferState::Success,
+        "reversed" => TransferState::Reversed,
+        "failed" => TransferState::Failed,
+        _ => return None,
+    };
+    let reference = crate::domain::Reference::parse(body["payout"].as_str()?).ok()?;
+    Some((reference, state, None))
 }
 
 /// Body reads in flight at once for the money figures.

@@ -1344,13 +1344,48 @@ async fn a_payouts_console_page_tells_its_timeline_in_order() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
+    // AND one the provider answers paid at once (payhook's own record of the answer; its
+    // webhook, later, is a duplicate), and one whose webhook names no amount (the payout's own)
+    fake.lock().unwrap().mode = Some(Mode::Success);
+    let at_once = pay(
+        &app,
+        payout_request("t3", &payout_body("wallet_t", 100), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(
+        at_once.body["status"].as_str(),
+        Some("paid"),
+        "{:?}",
+        at_once.body
+    );
+    let at_once = at_once.body["payout"].as_str().unwrap().to_owned();
+    let dup = send(
+        &app,
+        signed(&transfer_webhook("transfer.succeeded", &at_once, 0)),
+    )
+    .await;
+    assert!(dup.replayed, "{}", dup.body);
+    fake.lock().unwrap().mode = Some(Mode::Pending);
+    let quiet = pay(
+        &app,
+        payout_request("t4", &payout_body("wallet_t", 100), Some(TOKEN)),
+    )
+    .await;
+    let quiet = quiet.body["payout"].as_str().unwrap().to_owned();
+    let no_amount = event_body(
+        "evt_no_amount",
+        "transfer.succeeded",
+        json!({"reference": quiet}),
+    );
+    assert_eq!(send(&app, signed(&no_amount)).await.status, 200);
+    assert_eq!(balance(&store, "wallet_t").await, 700);
     let (_, traffic) = console_get(&store, "/traffic?window=day").await;
     let money = &traffic[traffic
         .find(r#"id="money""#)
         .unwrap_or_else(|| panic!("{traffic}"))..];
     assert!(
-        money.contains("<td>10.00 NGN</td><td>1.00 NGN</td>"),
-        "in 10.00 (the funding), out 1.00 (the paid payout): {money}"
+        money.contains("<td>10.00 NGN</td><td>3.00 NGN</td>"),
+        "in 10.00 (the funding), out 3.00 (three paid payouts, each once): {money}"
     );
     // AND an unknown id is a 404 that says what to do
     let (missing, body) = payout_page(&store, "po_nosuch").await;

@@ -327,7 +327,7 @@ pub fn delivery(d: &Value, csrf: Option<&str>) -> String {
             query(&[("q", order.to_owned())]),
             esc(order)
         );
-        rows.push(("order id", link));
+        rows.push(("order id (as the payload names it)", link));
     }
     let mut body = facts(&rows);
     let _ = write!(
@@ -508,8 +508,8 @@ fn entry_position(p: &Value) -> (i64, String) {
 
 /// An account: balances, and its entries newest first, [`ENTRY_ROWS`] a page (`before`: the
 /// position of the last entry of the page before), each with the running sum after it. The
-/// sums start from the balance less every entry listed, so they end at the balance even when
-/// older entries are folded into a checkpoint.
+/// sums start from the balance less every entry listed (zero when the two reads agree, which
+/// [`crate::read::balance`] makes them), so they end at the balance shown.
 pub fn account(v: &Value, before: Option<&str>) -> String {
     let mut body = String::from(
         r#"<table id="balances"><thead><tr><th>currency</th><th>balance</th></tr></thead><tbody>"#,
@@ -538,7 +538,7 @@ pub fn account(v: &Value, before: Option<&str>) -> String {
     };
     let mut sorted: Vec<&Value> = postings.iter().collect();
     sorted.sort_by_key(|p| entry_position(p));
-    // Opening sums: the balance less every entry listed (entries folded into a checkpoint).
+    // Opening sums: the balance less every entry listed.
     let mut running: BTreeMap<String, i64> = BTreeMap::new();
     for (currency, minor) in v["balances"].as_object().into_iter().flatten() {
         running.insert(currency.clone(), minor.as_i64().unwrap_or_default());
@@ -939,7 +939,7 @@ fn payout_link(id: &str) -> String {
 
 /// What a payout in `status` waits for, in words, and what resolves it.
 fn payout_next(p: &Value) -> String {
-    let id = s(p, "payout");
+    let id = esc(s(p, "payout"));
     let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
     match s(p, "status") {
         "new" => "opened; its reservation is not written yet: the caller's retry of the same request finishes it".to_owned(),
@@ -1118,6 +1118,8 @@ pub struct Found {
     pub by_event: Vec<Value>,
     /// Deliveries whose payload carries this merchant order id.
     pub by_order: Vec<Value>,
+    /// Why the order id could not be looked up (a read API or table from before order ids).
+    pub order_failed: Option<String>,
     pub delivery: Option<Value>,
     pub payments: Vec<Value>,
     pub account: Option<Value>,
@@ -1182,7 +1184,7 @@ pub fn search(text: &str, f: &Found) -> String {
         ),
         (
             "found-by-order",
-            "Deliveries for this merchant order id",
+            "Deliveries whose payload names this merchant order id",
             &f.by_order,
             "order_id",
         ),
@@ -1237,6 +1239,12 @@ pub fn search(text: &str, f: &Found) -> String {
                 );
             }
         }
+    }
+    if let Some(why) = &f.order_failed {
+        body.push_str(&note(
+            "noorder",
+            &format!("the merchant order id could not be looked up ({why}): the deployed read API or table may predate order ids; the other readings above are complete"),
+        ));
     }
     if f.more.is_none() {
         body.push_str(&note(

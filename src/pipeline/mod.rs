@@ -11,7 +11,7 @@ use parked::Parking;
 mod payouts;
 mod transfers;
 
-pub use payouts::{PayoutAnswer, PayoutCall};
+pub use payouts::{PayoutAnswer, PayoutCall, PROVIDER_ANSWER};
 
 use serde::Serialize;
 

@@ -543,7 +543,7 @@ impl<S: Store> Pipeline<S> {
         let event = NormalisedEvent {
             provider: record.provider,
             event_id: format!("{}:{}", record.payout, state.as_str()),
-            event_type: "payout.provider_answer".into(),
+            event_type: PROVIDER_ANSWER.into(),
             kind: EventKind::Transfer(TransferFacts {
                 reference: record.payout.reference(),
                 state,
@@ -577,6 +577,10 @@ impl<S: Store> Pipeline<S> {
         Ok(())
     }
 }
+
+/// The event type of payhook's own record of a provider's answer about a payout, logged with
+/// the body `{"payout", "state", "provider_status"}`.
+pub const PROVIDER_ANSWER: &str = "payout.provider_answer";
 
 /// One look at a payout: its time, and who holds its fence.
 struct Look {

@@ -346,33 +346,46 @@ fn is_scheme(text: &str) -> bool {
     (1..=3).contains(&text.len()) && text.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
-/// Keeps what identifies (ids, timestamps, scheme and version names), masks what signs.
+/// What stands for a masked value: no length, no part of it.
+const MASK: &str = "\u{2022}\u{2022}\u{2022}\u{2022}";
+
+/// Keeps what identifies (ids, timestamps, scheme and version names), masks what signs, header
+/// by header: a value whose form is not the one expected is masked whole. Anything not known
+/// to be safe (Flutterwave's `verif-hash` is the shared secret itself; Paystack's and
+/// Razorpay's hex HMACs) is masked whole.
 fn mask(name: &str, value: &str) -> String {
-    let secret = |v: &str| {
-        format!(
-            "\u{2022}\u{2022}\u{2022}\u{2022} ({} chars)",
-            v.chars().count()
-        )
-    };
     match name {
         "webhook-id" | "webhook-timestamp" | razorpay::EVENT_ID => value.to_owned(),
+        // `Basic …`: the scheme, never the credentials.
         "authorization" => match value.split_once(' ') {
-            Some((scheme, rest)) => format!("{scheme} {}", secret(rest)),
-            None => secret(value),
+            Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
+                format!("{scheme} {MASK}")
+            }
+            _ => MASK.to_owned(),
         },
-        // `t=…,v1=…` (Stripe) and `v1,… v1a,…` (Standard Webhooks): names and times kept.
-        _ => value
-            .split([',', ' '])
-            .filter(|p| !p.is_empty())
+        // `t=1733400000,v1=…,v0=…`: the time and the scheme names.
+        stripe::HEADER => value
+            .split(',')
             .map(|part| match part.split_once('=') {
-                Some(("t", ts)) => format!("t={ts}"),
-                // A scheme's short name (`v1=`); base64 padding (`…Nw4=`) is not one.
-                Some((k, v)) if is_scheme(k) && !v.is_empty() => format!("{k}={}", secret(v)),
-                _ if is_scheme(part) => part.to_owned(),
-                _ => secret(part),
+                Some(("t", ts)) if !ts.is_empty() && ts.bytes().all(|b| b.is_ascii_digit()) => {
+                    format!("t={ts}")
+                }
+                Some((k, _)) if is_scheme(k) => format!("{k}={MASK}"),
+                _ => MASK.to_owned(),
             })
             .collect::<Vec<_>>()
             .join(","),
+        // `v1,… v1a,…` (Standard Webhooks, space-separated): the scheme names.
+        "webhook-signature" => value
+            .split(' ')
+            .filter(|p| !p.is_empty())
+            .map(|part| match part.split_once(',') {
+                Some((v, _)) if is_scheme(v) => format!("{v},{MASK}"),
+                _ => MASK.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => MASK.to_owned(),
     }
 }
 
@@ -480,8 +493,19 @@ mod tests {
         assert!(!stripe[0].1.contains("abcdef"), "{:?}", stripe);
 
         // Flutterwave's verif-hash is the shared secret itself.
-        let flw = shown(&flutterwave::DEF, &[("verif-hash", "my-shared-secret")]);
-        assert!(!flw[0].1.contains("secret"), "{:?}", flw);
+        // Whatever its form: no piece of it, not its length.
+        for secret in [
+            "my-shared-secret",
+            "pay 4u Zq9",
+            "t=S3cret",
+            "v1=abc,t=1",
+            "ab",
+        ] {
+            let flw = shown(&flutterwave::DEF, &[("verif-hash", secret)]);
+            assert_eq!(flw[0].1, MASK, "{secret:?}");
+        }
+        let odd = shown(&stripe::DEF, &[("stripe-signature", "t=S3cret,zzzzzz,v1")]);
+        assert_eq!(odd[0].1, format!("t={MASK},{MASK},{MASK}"), "{odd:?}");
         let adyen = shown(&adyen::DEF, &[("authorization", "Basic dXNlcjpwYXNz")]);
         assert!(adyen[0].1.starts_with("Basic \u{2022}"), "{:?}", adyen);
         assert!(!adyen[0].1.contains("dXNl"), "{:?}", adyen);

@@ -25,7 +25,7 @@ Everything talks to one DynamoDB endpoint (AWS_ENDPOINT_URL_DYNAMODB: scripts/be
 dynalite), payhook to its PAYHOOK_*_TABLE tables (which must exist), the reference to its own
 tables, created here. The client (this process), the emulator (this process) and dynalite are
 not counted. Prints JSON on stdout; progress on stderr. Run by scripts/bench; `--check` is the
-quick self-test of tests/bench_scripts.rs (few deliveries, answers checked, no figures).
+quick self-test of tests/it/bench_scripts.rs (few deliveries, answers checked, no figures).
 """
 import argparse
 import base64

@@ -37,7 +37,7 @@
 //! - [`cli`]: the `payhook` command line.
 //! - [`console`]: `payhook console`, the operator's web UI over the read layer (and replay).
 //!
-//! Layers, bottom first; a module uses only its own layer and those below (tests/layers.rs
+//! Layers, bottom first; a module uses only its own layer and those below (tests/it/layers.rs
 //! checks it): `domain`, `store` → `idempotency`, `payments`, `payouts`, `ledger`, `eventlog`,
 //! `providers` → `pipeline`, `read`, `replay`, `reconcile`, `metrics`, `audit` → `dynamodb`, `http`, `secrets` →
 //! `config`, `runtime`, `cli`, `console`.

@@ -35,7 +35,7 @@ pub fn lean(builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::con
 ///
 /// An SDK upgrade cannot turn this into a silent change: should a later SDK register one of the
 /// three as permanent, debug builds (the test suite) panic at the first request, and
-/// `tests/webhook.rs` fails if any of the headers is sent again.
+/// `tests/it/webhook.rs` fails if any of the headers is sent again.
 #[derive(Debug)]
 struct Telemetryless;
 

@@ -100,7 +100,7 @@ impl std::fmt::Debug for ReadToken {
 }
 
 /// The read routes (all `GET`), as template.yaml must declare them with `AWS_IAM`
-/// (tests/template.rs checks it from this list).
+/// (tests/it/template.rs checks it from this list).
 pub const READ_ROUTES: [&str; 3] = [
     "/accounts/{account}/balance",
     "/payments/{provider}/{reference}",

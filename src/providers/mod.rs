@@ -300,7 +300,7 @@ pub type Built = Option<Result<Box<dyn Provider>, ProviderConfigError>>;
 pub struct ProviderDef {
     pub id: ProviderId,
     /// Every env var it reads, with what it means (listed by `config::env_vars`, set by
-    /// template.yaml, checked by tests/template.rs).
+    /// template.yaml, checked by tests/it/template.rs).
     pub env: &'static [(&'static str, &'static str)],
     /// Builds its adapter from its env. Settings are checked even when no secret is set, so a
     /// bad one stops start-up rather than waiting for the secret.

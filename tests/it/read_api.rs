@@ -4,7 +4,7 @@
 //! DynamoDB calls a balance read makes (bounded by shards, not by history).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The core contract end to end through the real router, against dynalite.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use payhook::domain::{AccountId, Currency};

@@ -106,7 +106,7 @@ fn every_module_has_a_layer() {
             let m = m.trim_end_matches(';');
             assert!(
                 layer_of(m).is_some(),
-                "module {m} has no layer in tests/layers.rs"
+                "module {m} has no layer in tests/it/layers.rs"
             );
         }
     }

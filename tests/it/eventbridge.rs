@@ -4,7 +4,7 @@
 //! (so Lambda retries it), and `lambda_http` hands EventBridge invocations to the router.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

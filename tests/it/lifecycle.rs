@@ -2,7 +2,7 @@
 //! refunds that never exceed the payment, and any order of events ending in the same state.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@
 //! `PAYHOOK_MODEL_CASES=100 cargo test --test payouts_model`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

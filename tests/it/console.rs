@@ -2,10 +2,10 @@
 //! signed webhooks): counts, filters and paging are exact, pages show what the read layer says,
 //! replay's dry run writes nothing and its confirm applies a parked refund once, and a write
 //! without the console's origin and token, or a request for another host, is refused.
-//! tests/console_browser.rs drives the same pages in headless Chromium.
+//! tests/it/console_browser.rs drives the same pages in headless Chromium.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! goes (stdout must stay clean for results unless asked), and the exit codes scripts rely on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

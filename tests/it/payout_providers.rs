@@ -6,7 +6,7 @@
 //! transfers per reference, money sent against money debited, balances, and the answers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

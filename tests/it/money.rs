@@ -2,7 +2,7 @@
 //! providers: one test per rule, each against dynalite through the real router.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

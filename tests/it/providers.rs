@@ -3,7 +3,7 @@
 //! tampered twins are refused without writing; hostile input gets a clear JSON error.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -229,7 +229,7 @@ async fn stripe_samples_apply_and_the_charge_and_intent_credit_once() {
         step("payment_intent_payment_failed.json", "ignored", false),
         step("payment_intent_canceled.json", "applied", false),
         // Settlements of a payout these tables never sent: acknowledged, nothing moves
-        // (tests/payouts.rs settles real ones; the mapping is unit-tested beside the adapter).
+        // (tests/it/payouts.rs settles real ones; the mapping is unit-tested beside the adapter).
         step("transfer_created.json", "ignored", false),
         step("transfer_reversed.json", "ignored", false),
     ];

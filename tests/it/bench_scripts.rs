@@ -6,7 +6,7 @@
 //! `scripts/bench`, never by a test. The Python reference is not run here (it needs its venv).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

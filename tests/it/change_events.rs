@@ -11,7 +11,7 @@
 //! (checked against the documented semantics only), and delivery itself (streams, Pipes, bus).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

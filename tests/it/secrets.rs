@@ -8,7 +8,7 @@
 //! sequential. Needs `moto` (requirements-dev.txt, installed by scripts/test).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -1,9 +1,9 @@
 //! Balances that cannot drift (#21): no process's clock, no upgrade from the previous schema and
 //! no odd order of events may lose or repeat money. One test per path that used to, each against
-//! dynalite through the real router; tests/drift_model.rs generates the interleavings.
+//! dynalite through the real router; tests/it/drift_model.rs generates the interleavings.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

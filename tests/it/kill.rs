@@ -2,7 +2,7 @@
 //! retrying as providers do: every reference is applied exactly once once the leases expired.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! Replay of stored deliveries and the queryable event log.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

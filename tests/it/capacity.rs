@@ -4,7 +4,7 @@
 //! by history.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use payhook::cli::capacity::{classes, scenario, Model};

@@ -13,10 +13,10 @@
 //!
 //! Bounded for `scripts/test` (12 histories of up to 28 steps, about a minute on 2 cores). Run it
 //! longer with `PAYHOOK_MODEL_CASES=500 cargo test --test drift_model` (a failure prints the
-//! shrunk history; proptest keeps the seed in tests/drift_model.proptest-regressions).
+//! shrunk history; proptest keeps the seed in tests/it/drift_model.proptest-regressions).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

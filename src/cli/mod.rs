@@ -8,7 +8,8 @@ mod demo;
 pub mod payouts;
 mod progress;
 pub mod table;
-pub mod time;
+/// Times as operators type them: the vocabulary's, shared with the console.
+pub(crate) use crate::domain::time;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -348,7 +348,7 @@ fn filter_of(params: &BTreeMap<String, String>, now: i64) -> Result<Filter, Sour
         if get(typed).is_empty() {
             return Ok(None);
         }
-        crate::cli::time::parse_time(&get(typed), now)
+        crate::domain::time::parse_time(&get(typed), now)
             .map(Some)
             .map_err(|e| SourceError::Invalid(format!("{typed}: {e}")))
     };

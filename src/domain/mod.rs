@@ -4,6 +4,7 @@
 mod event;
 mod money;
 mod payment;
+pub mod time;
 
 pub use event::{
     AccountId, ClaimedFacts, DisputeFacts, DisputeMovement, EventKind, Fingerprint, IdempotencyKey,

@@ -190,8 +190,10 @@ impl PayoutRequest {
                 .and_then(Value::as_str)
                 .ok_or_else(|| FieldError::new(name, "must be a string"))
         };
-        let provider = crate::providers::registered(text("provider")?)
-            .ok_or_else(|| FieldError::new("provider", "is not a provider payhook knows"))?;
+        // Which providers exist and pay out is the caller's word (`limits.supports`: the
+        // registry and this deployment's configuration), so this module names no adapter.
+        let provider = ProviderId::parse(text("provider")?)
+            .ok_or_else(|| FieldError::new("provider", "is not a provider name"))?;
         if !(limits.supports)(provider) {
             return Err(FieldError::new(
                 "provider",

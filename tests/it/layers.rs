@@ -111,3 +111,90 @@ fn every_module_has_a_layer() {
         }
     }
 }
+
+/// Which top-level modules each top-level module names (`crate::x`), outside comments.
+fn module_graph() -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        if layer_of(&module).is_none() {
+            continue; // lib.rs, the binaries
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let uses = graph.entry(module.clone()).or_default();
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for used in code.split("crate::").skip(1) {
+                let name: String = used
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name != module && layer_of(&name).is_some() {
+                    uses.insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A circle of modules, if any: the path from a module back to itself.
+fn a_circle(graph: &BTreeMap<String, std::collections::BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        at: &str,
+        graph: &BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|m| m == at) {
+            let mut circle = path[start..].to_vec();
+            circle.push(at.to_owned());
+            return Some(circle);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(at.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+/// Layers only say what may import what across them; inside a layer two modules could still
+/// import each other (payouts and providers once did). No module may reach itself.
+#[test]
+fn no_circle_of_modules_even_inside_a_layer() {
+    let graph = module_graph();
+    assert!(graph.len() > 15, "read only {} modules", graph.len());
+    assert_eq!(a_circle(&graph), None, "a circle of imports");
+}
+
+#[test]
+fn the_circle_check_finds_a_circle_inside_a_layer() {
+    let mut graph = module_graph();
+    graph
+        .entry("providers".into())
+        .or_default()
+        .insert("payouts".into());
+    graph
+        .entry("payouts".into())
+        .or_default()
+        .insert("providers".into());
+    let circle = a_circle(&graph).expect("the planted circle");
+    assert!(circle.contains(&"payouts".to_owned()) && circle.contains(&"providers".to_owned()));
+}

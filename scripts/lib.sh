@@ -60,16 +60,11 @@ start_dynalite() {
   log "==> dynalite on $AWS_ENDPOINT_URL_DYNAMODB"
 }
 
-# The test build: every target, the one integration-test binary (tests/it/) among them.
-# scripts/test and scripts/invoke-samples build this way and share target/debug/payhook.
+# The one build every script uses: `cargo test --all-targets` resolves features with the
+# dev-dependencies unified in, and a plain `cargo build` would not (a second build of tokio, the
+# SDK and everything above them, ~4 minutes on 2 cores). So scripts/dev, scripts/test and
+# scripts/invoke-samples all build this way, in whatever order they run, and share
+# target/debug/payhook.
 build_all() {
   cargo test --locked --all-targets --no-run "$@"
-}
-
-# What the demo runs: the library and the `payhook` binary, nothing of the tests, benches or
-# examples. The dev-dependencies enable no feature of a crate the binary shares (a
-# `cargo build --bin payhook` after the test build compiles nothing), so the test build that
-# follows reuses all of it and only adds the tests.
-build_demo() {
-  cargo build --locked --bin payhook "$@"
 }

@@ -433,8 +433,9 @@ async fn all_of<S: Source>(
         // No more read than the cap needs (and one to know whether there are more).
         limit: MAX_PAGE.min(cap + 1),
         cursor: None,
-        // A walk that counts: rows' details are not shown.
-        with_details: false,
+        // Rows a page shows carry their amounts and accounts (one batched read per page); a
+        // walk that only counts reads none.
+        with_details: cap <= SHOWN_ROWS,
         ..q.clone()
     };
     let mut out = Vec::new();
@@ -802,6 +803,9 @@ const ATTENTION: [Outcome; 4] = [
     Outcome::Unassigned,
     Outcome::Conflict,
 ];
+
+/// At most this many rows of a walk are drawn on a page (and so read with their details).
+const SHOWN_ROWS: usize = ATTENTION_ROWS;
 
 /// Rows read per outcome on the attention page; more are counted as "N+" and paged on
 /// `/deliveries?outcome=…`.

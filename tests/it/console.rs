@@ -226,6 +226,8 @@ async fn the_pages_show_what_the_read_layer_says_and_paging_is_exact() {
         "{}",
         att.body
     );
+    // (its row says how much waits: the refund's 50.00 NGN)
+    assert!(att.body.contains("<td>50.00 NGN</td>"), "{}", att.body);
     let traffic = get(&c, "/traffic?window=hour").await;
     assert_eq!(
         traffic

@@ -283,60 +283,34 @@ impl Claims for DynamoStore {
         &self,
         keys: &[IdempotencyKey],
     ) -> Result<std::collections::HashSet<IdempotencyKey>, StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let table = &self.tables.idempotency;
-        let mut done = std::collections::HashSet::new();
         let mut unique: Vec<&IdempotencyKey> = keys.iter().collect();
         unique.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         unique.dedup();
-        for batch in unique.chunks(100) {
-            let mut asked = batch
-                .iter()
-                .map(|k| std::collections::HashMap::from([("pk".to_owned(), s(k.as_str()))]))
-                .collect::<Vec<_>>();
-            // Unprocessed keys (throttling) are asked again, a bounded number of times.
-            for round in 0..8u64 {
-                if asked.is_empty() {
-                    break;
-                }
-                if round > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(20 << round)).await;
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut asked)))
-                    .projection_expression("pk, #s")
-                    .expression_attribute_names("#s", "status")
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(table, request)
-                    .send()
-                    .await
-                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(table))
-                    .unwrap_or_default()
-                {
-                    let r = Reader::new(&item, table);
-                    if r.str("status")? == DONE {
-                        done.insert(IdempotencyKey::from_stored(r.str("pk")?.to_owned()));
-                    }
-                }
-                asked = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-            }
-            if !asked.is_empty() {
-                return Err(StoreError::Contended {
-                    table: table.clone(),
-                    key: "BatchGetItem unprocessed keys".into(),
-                });
+        let keys = unique
+            .iter()
+            .map(|k| std::collections::HashMap::from([("pk".to_owned(), s(k.as_str()))]))
+            .collect();
+        let read = super::BatchRead {
+            projection: "pk, #s",
+            names: &[("#s", "status")],
+            consistent: true,
+            rounds: 8,
+        };
+        let (items, unread) = self.batch_get(table, keys, read).await?;
+        // A key not read is not known to be done: the page would list it as waiting when it
+        // may not be, so the read fails instead (retryable).
+        if !unread.is_empty() {
+            return Err(StoreError::Contended {
+                table: table.clone(),
+                key: "BatchGetItem unprocessed keys".into(),
+            });
+        }
+        let mut done = std::collections::HashSet::new();
+        for item in &items {
+            let r = Reader::new(item, table);
+            if r.str("status")? == DONE {
+                done.insert(IdempotencyKey::from_stored(r.str("pk")?.to_owned()));
             }
         }
         Ok(done)

@@ -768,44 +768,31 @@ impl EventLog for DynamoStore {
     }
 
     async fn day_rollups(&self, kind: RollupKind, days: &[i64]) -> Result<Rollups, StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let table = &self.tables.events;
+        let keys = days
+            .iter()
+            .map(|day| {
+                std::collections::HashMap::from([
+                    (
+                        "pk".to_owned(),
+                        s(format!("{}#{}", kind.prefix(), utc_day(*day))),
+                    ),
+                    ("sk".to_owned(), s(DAY_SK)),
+                ])
+            })
+            .collect();
+        let read = super::BatchRead {
+            projection: "day_ms, #c",
+            names: &[("#c", "counts")],
+            consistent: true,
+            rounds: 1,
+        };
+        // Days not read (throttling) are simply unknown: their totals are computed again.
+        let (items, _unread) = self.batch_get(table, keys, read).await?;
         let mut out = Rollups::new();
-        for batch in days.chunks(100) {
-            let keys = batch
-                .iter()
-                .map(|day| {
-                    std::collections::HashMap::from([
-                        (
-                            "pk".to_owned(),
-                            s(format!("{}#{}", kind.prefix(), utc_day(*day))),
-                        ),
-                        ("sk".to_owned(), s(DAY_SK)),
-                    ])
-                })
-                .collect();
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| unavailable("BatchGetItem", table, e))?;
-            let got = self
-                .client
-                .batch_get_item()
-                .request_items(table, request)
-                .send()
-                .await
-                .map_err(|e| unavailable("BatchGetItem", table, e))?;
-            // Unprocessed keys are simply days not read now: their totals are computed again.
-            for item in got
-                .responses
-                .and_then(|mut r| r.remove(table))
-                .unwrap_or_default()
-            {
-                let r = Reader::new(&item, table);
-                let day = r.num("day_ms")?;
-                out.insert(day, counts_of(&item, &r)?);
-            }
+        for item in &items {
+            let r = Reader::new(item, table);
+            out.insert(r.num("day_ms")?, counts_of(item, &r)?);
         }
         Ok(out)
     }
@@ -821,64 +808,33 @@ impl EventLog for DynamoStore {
     }
 
     async fn fill_details(&self, deliveries: &mut [Delivery]) -> Result<(), StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let table = &self.tables.events;
-        let wanted: Vec<usize> = (0..deliveries.len())
-            .filter(|&i| deliveries[i].details.is_empty())
+        let keys = deliveries
+            .iter()
+            .filter(|d| d.details.is_empty())
+            .map(|d| {
+                std::collections::HashMap::from([
+                    ("pk".to_owned(), s(partition_of(d))),
+                    ("sk".to_owned(), s(d.id.as_str())),
+                ])
+            })
             .collect();
-        for batch in wanted.chunks(100) {
-            let mut asked: Vec<_> = batch
-                .iter()
-                .map(|&i| {
-                    let d = &deliveries[i];
-                    std::collections::HashMap::from([
-                        ("pk".to_owned(), s(partition_of(d))),
-                        ("sk".to_owned(), s(d.id.as_str())),
-                    ])
-                })
-                .collect();
-            let mut found = std::collections::HashMap::new();
-            // Unprocessed keys (throttling) are asked again a few times; rows still unread
-            // then show no details rather than failing the page.
-            for round in 0..4u64 {
-                if asked.is_empty() {
-                    break;
-                }
-                if round > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(20 << round)).await;
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut asked)))
-                    .projection_expression(
-                        "sk, amount_minor, currency, account, order_id, answer, headers",
-                    )
-                    .build()
-                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(table, request)
-                    .send()
-                    .await
-                    .map_err(|e| unavailable("BatchGetItem", table, e))?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(table))
-                    .unwrap_or_default()
-                {
-                    let r = Reader::new(&item, table);
-                    found.insert(r.str("sk")?.to_owned(), details_of(&r)?);
-                }
-                asked = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-            }
-            for &i in batch {
-                if let Some(details) = found.remove(deliveries[i].id.as_str()) {
-                    deliveries[i].details = details;
-                }
+        let read = super::BatchRead {
+            projection: "sk, amount_minor, currency, account, order_id, answer, headers",
+            names: &[],
+            consistent: false,
+            rounds: 4,
+        };
+        // Rows still unread after the re-asks show no details rather than failing the page.
+        let (items, _unread) = self.batch_get(table, keys, read).await?;
+        let mut found = std::collections::HashMap::new();
+        for item in &items {
+            let r = Reader::new(item, table);
+            found.insert(r.str("sk")?.to_owned(), details_of(&r)?);
+        }
+        for d in deliveries.iter_mut().filter(|d| d.details.is_empty()) {
+            if let Some(details) = found.remove(d.id.as_str()) {
+                d.details = details;
             }
         }
         Ok(())

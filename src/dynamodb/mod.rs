@@ -157,4 +157,71 @@ impl DynamoStore {
         found.sort_by_key(|(at, _)| *at);
         Ok(found.into_iter().take(limit).map(|(_, t)| t).collect())
     }
+
+    /// Reads `keys` of `table` with `BatchGetItem`, 100 a request, keeping `projection` (its
+    /// `#name` placeholders in `names`) of each item. Keys DynamoDB leaves unprocessed
+    /// (throttling) are asked again up to `rounds` times, with a growing pause; the items read
+    /// and the keys still unread are returned, and the caller says what unread means.
+    pub(crate) async fn batch_get(
+        &self,
+        table: &str,
+        keys: Vec<item::Item>,
+        read: BatchRead<'_>,
+    ) -> Result<(Vec<item::Item>, Vec<item::Item>), crate::store::StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut items = Vec::new();
+        let mut unread = Vec::new();
+        let mut keys = keys;
+        while !keys.is_empty() {
+            let rest = keys.split_off(keys.len().min(100));
+            let mut asked = std::mem::replace(&mut keys, rest);
+            for round in 0..read.rounds.max(1) {
+                if asked.is_empty() {
+                    break;
+                }
+                if round > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << round)).await;
+                }
+                let mut request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut asked)))
+                    .projection_expression(read.projection)
+                    .consistent_read(read.consistent);
+                for (placeholder, name) in read.names {
+                    request = request.expression_attribute_names(*placeholder, *name);
+                }
+                let request = request
+                    .build()
+                    .map_err(|e| item::unavailable("BatchGetItem", table, e))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(table, request)
+                    .send()
+                    .await
+                    .map_err(|e| item::unavailable("BatchGetItem", table, e))?;
+                items.extend(
+                    out.responses
+                        .and_then(|mut r| r.remove(table))
+                        .unwrap_or_default(),
+                );
+                asked = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+            unread.extend(asked);
+        }
+        Ok((items, unread))
+    }
+}
+
+/// How [`DynamoStore::batch_get`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchRead<'a> {
+    pub projection: &'a str,
+    pub names: &'a [(&'a str, &'a str)],
+    pub consistent: bool,
+    /// Requests per 100 keys at most (the first and the re-asks of unprocessed keys).
+    pub rounds: u64,
 }

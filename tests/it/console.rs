@@ -480,28 +480,7 @@ async fn over_a_read_api_the_pages_are_the_same_every_read_is_signed_and_nothing
 async fn payouts_that_need_a_person_are_on_the_attention_page() {
     // GIVEN an open payout, and a console whose horizon it has passed
     let store = store("console_payouts").await;
-    let supports = |_| true;
-    let request = payhook::payouts::PayoutRequest::parse(
-        br#"{"provider":"generic","account":"wallet_p","amount":300,"currency":"NGN","destination":{"bank":"058"}}"#,
-        payhook::payouts::Limits {
-            max_amount_minor: 1_000_000,
-            supports: &supports,
-        },
-    )
-    .unwrap();
-    let id = payhook::payouts::PayoutId::derive(
-        "caller:local",
-        &payhook::payouts::RequestKey::parse("attention-1").unwrap(),
-    );
-    use payhook::payouts::Payouts;
-    store
-        .open_payout(payhook::payouts::NewPayout {
-            payout: &id,
-            request: &request,
-            shard: 0,
-        })
-        .await
-        .unwrap();
+    let id = common::console_seed::open_payout(&store, "attention-1").await;
     let mut c = Arc::try_unwrap(console(&store)).ok().unwrap();
     c.payout_unresolved_after_ms = 0;
     // WHEN the operator opens needs attention

@@ -301,7 +301,7 @@ async fn the_console_in_headless_chromium() {
     assert_eq!(cli_balance(&store), 12_000);
 
     // WHEN a payout is open, the payouts page links to its own page
-    let payout = open_payout(&store).await;
+    let payout = common::console_seed::open_payout(&store, "browser-1").await;
     b.goto(&url("/payouts")).await;
     b.click(&format!(r#"a.payout[href="/payouts/{payout}"]"#))
         .await;
@@ -314,33 +314,6 @@ async fn the_console_in_headless_chromium() {
         "{steps:?}"
     );
     b.screenshot(&shots().join("payout.png")).await;
-}
-
-/// A payout opened (not yet reserved) for 3.00 NGN of `wallet_p`; its id.
-async fn open_payout(store: &DynamoStore) -> String {
-    use payhook::payouts::Payouts;
-    let supports = |_| true;
-    let request = payhook::payouts::PayoutRequest::parse(
-        br#"{"provider":"generic","account":"wallet_p","amount":300,"currency":"NGN","destination":{"bank":"058"}}"#,
-        payhook::payouts::Limits {
-            max_amount_minor: 1_000_000,
-            supports: &supports,
-        },
-    )
-    .unwrap();
-    let id = payhook::payouts::PayoutId::derive(
-        "caller:local",
-        &payhook::payouts::RequestKey::parse("browser-1").unwrap(),
-    );
-    store
-        .open_payout(payhook::payouts::NewPayout {
-            payout: &id,
-            request: &request,
-            shard: 0,
-        })
-        .await
-        .unwrap();
-    id.as_str().to_owned()
 }
 
 /// The console as another Unix user on the same host would try it: `nobody`, with no AWS

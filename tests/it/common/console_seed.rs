@@ -50,3 +50,31 @@ pub async fn seed(app: &Arc<App<DynamoStore>>) -> Seeded {
         refunded_payment: "pay_console_2",
     }
 }
+
+/// A payout opened (not yet reserved) for 3.00 NGN of `wallet_p` under the caller `local`'s
+/// request key `key`; its id.
+pub async fn open_payout(store: &DynamoStore, key: &str) -> String {
+    use payhook::payouts::Payouts;
+    let supports = |_| true;
+    let request = payhook::payouts::PayoutRequest::parse(
+        br#"{"provider":"generic","account":"wallet_p","amount":300,"currency":"NGN","destination":{"bank":"058"}}"#,
+        payhook::payouts::Limits {
+            max_amount_minor: 1_000_000,
+            supports: &supports,
+        },
+    )
+    .unwrap();
+    let id = payhook::payouts::PayoutId::derive(
+        "caller:local",
+        &payhook::payouts::RequestKey::parse(key).unwrap(),
+    );
+    store
+        .open_payout(payhook::payouts::NewPayout {
+            payout: &id,
+            request: &request,
+            shard: 0,
+        })
+        .await
+        .unwrap();
+    id.as_str().to_owned()
+}

@@ -620,38 +620,48 @@ fn code_calls() -> (
             .find(|d| text.contains(&format!("tables.{}", d.role)))
             .map(|d| d.role)
     };
+    // The store's batched read (`DynamoStore::batch_get(table, …)`) names its table first.
+    const HELPERS: &[(&str, &str)] = &[(".batch_get(", "BatchGetItem")];
     for file in files {
         let src = std::fs::read_to_string(&file).unwrap();
-        for (call, action) in CALLS {
-            for (at, _) in src.match_indices(call) {
+        let sites = CALLS.iter().chain(HELPERS).flat_map(|(call, action)| {
+            src.match_indices(call)
+                .map(move |(at, _)| (at, call, action))
+        });
+        for (at, call, action) in sites {
+            let (arg_start, arg_end) = if HELPERS.iter().any(|(h, _)| h == call) {
+                let start = at + call.len();
+                (start, start + src[start..].find([',', ')']).unwrap())
+            } else {
                 let after = &src[at..];
                 let Some(tn) = after.find(".table_name(") else {
                     continue;
                 };
-                let arg_start = at + tn + ".table_name(".len();
-                let arg = &src[arg_start..arg_start + src[arg_start..].find(')').unwrap()];
-                let role = role_in(arg).or_else(|| {
-                    let ident = arg.trim().trim_start_matches('&').trim();
-                    let binding = format!("let {ident} = ");
-                    let line_start = src[..at].rfind(&binding)?;
-                    let line = &src[line_start..line_start + src[line_start..].find(';')?];
-                    role_in(line)
-                });
-                match role {
-                    Some(r) => {
-                        by_role
-                            .entry(r)
-                            .or_default()
-                            .insert(format!("dynamodb:{action}"));
-                    }
-                    None => {
-                        let line = src[..at].lines().count();
-                        unresolved.push(format!(
-                            "{}:{line} {action} on table_name({arg})",
-                            file.strip_prefix(root()).unwrap().display()
-                        ));
-                        anywhere.insert(format!("dynamodb:{action}"));
-                    }
+                let start = at + tn + ".table_name(".len();
+                (start, start + src[start..].find(')').unwrap())
+            };
+            let arg = &src[arg_start..arg_end];
+            let role = role_in(arg).or_else(|| {
+                let ident = arg.trim().trim_start_matches('&').trim();
+                let binding = format!("let {ident} = ");
+                let line_start = src[..at].rfind(&binding)?;
+                let line = &src[line_start..line_start + src[line_start..].find(';')?];
+                role_in(line)
+            });
+            match role {
+                Some(r) => {
+                    by_role
+                        .entry(r)
+                        .or_default()
+                        .insert(format!("dynamodb:{action}"));
+                }
+                None => {
+                    let line = src[..at].lines().count();
+                    unresolved.push(format!(
+                        "{}:{line} {action} on table_name({arg})",
+                        file.strip_prefix(root()).unwrap().display()
+                    ));
+                    anywhere.insert(format!("dynamodb:{action}"));
                 }
             }
         }

@@ -56,7 +56,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
     };
     Stored {
         claim: ClaimRecord {
-            key: key.clone(),
+            key: key.to_string(),
             state: ClaimState::Done(StoredResponse {
                 status: 200,
                 body: "{\"status\":\"applied\"}".into(),

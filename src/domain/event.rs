@@ -155,21 +155,8 @@ impl Serialize for ProviderId {
 /// What a claim's operation moves, as stored on the claim: the canonical JSON of its
 /// [`ClaimedFacts`] (kind, reference, account, amount, currency; never event ids or times). The
 /// same key with another fingerprint is other money under one reference: a conflict, never a
-/// duplicate. Compared whole, never parsed except to resume a stuck claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct Fingerprint(String);
-
-impl Fingerprint {
-    /// A fingerprint read back from the store.
-    pub fn from_stored(text: String) -> Self {
-        Fingerprint(text)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+/// duplicate. Compared whole, never parsed except to resume a stuck claim. The claim crate's type.
+pub use dynamo_claim::Fingerprint;
 
 /// The money movements the claim protocol guards. State-only events are not operations: a
 /// single conditional transition is idempotent by itself.
@@ -751,7 +738,7 @@ impl ClaimedFacts {
 
     /// The canonical text stored as the claim's fingerprint.
     pub fn fingerprint(&self) -> Fingerprint {
-        Fingerprint(serde_json::to_string(self).unwrap_or_default())
+        Fingerprint::new(serde_json::to_string(self).unwrap_or_default())
     }
 
     /// Rebuilds the event kind from a stored fingerprint (reconciliation of a stuck claim).

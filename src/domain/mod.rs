@@ -18,19 +18,13 @@ pub use payment::PaymentStatus;
 /// the delivery log untruncated.
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
-/// Milliseconds since the Unix epoch, from the system clock. Leases and logs compare these
-/// numbers; DynamoDB's TTL wants seconds, see [`expires_at_s`].
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch, from this process's clock: only for what is this
+/// process's own (durations, local logs). What the store writes and judges is in the store's
+/// time ([`dynamo_claim::StoreClock`]). DynamoDB's TTL wants seconds, see [`expires_at_s`].
+pub use dynamo_claim::local_now_ms as now_ms;
 
 /// Epoch seconds `retention_s` after `now_ms`: the value DynamoDB's TTL attribute wants.
-pub fn expires_at_s(now_ms: i64, retention_s: i64) -> i64 {
-    now_ms / 1000 + retention_s
-}
+pub use dynamo_claim::expires_at_s;
 
 /// The proleptic Gregorian date (year, month, day) of a day counted from 1970-01-01 (Howard
 /// Hinnant's `civil_from_days`): the delivery log's day buckets and the command line's dates,

@@ -7,10 +7,8 @@
 
 pub mod capacity;
 mod claims;
-pub mod clock;
 mod disputes;
 mod events;
-pub(crate) mod item;
 pub mod lean;
 mod ledger;
 pub mod observe;
@@ -24,7 +22,10 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::Client;
 
-pub use clock::StoreClock;
+/// The attribute plumbing every table module uses: the claim crate's, so claims and the other
+/// tables speak DynamoDB one way.
+pub(crate) use dynamo_claim::item;
+pub use dynamo_claim::StoreClock;
 pub use schema::TableNames;
 
 /// Knobs the store needs besides table names.
@@ -80,13 +81,8 @@ impl DynamoStore {
         settings: StoreSettings,
         clock: StoreClock,
     ) -> Self {
-        let conf = client
-            .config()
-            .to_builder()
-            .interceptor(clock.interceptor())
-            .build();
         DynamoStore {
-            client: Client::from_conf(conf),
+            client: clock.attach(&client),
             tables: Arc::new(tables),
             settings,
             layout_cache: Arc::default(),

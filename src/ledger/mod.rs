@@ -83,7 +83,8 @@ impl Layout {
 
     /// The index shard of an item named by `text` (its key, its delivery id).
     pub fn index_shard(&self, text: &str) -> u32 {
-        u32::try_from(fnv1a(text) % u64::from(self.index_shards.max(1))).unwrap_or(0)
+        // The claim crate's placement, so a claim's `open` shard and every other table's agree.
+        dynamo_claim::shard_of(text, self.index_shards)
     }
 
     /// Each field at least as large as in `other`: layouts only grow.

@@ -299,7 +299,7 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
             if self.resume_payout_claim(&claim, report).await {
                 continue;
             }
-            let provider = claim.key.provider();
+            let provider = IdempotencyKey::from_stored(claim.key.clone()).provider();
             let finding = |detail: &str| {
                 Finding::new(
                     "stuck_claim",

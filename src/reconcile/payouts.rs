@@ -26,7 +26,9 @@ impl<S: Store, A: ProviderApi + Transfers> Reconciler<'_, S, A> {
         claim: &ClaimRecord,
         report: &mut Report,
     ) -> bool {
-        let Some(id) = PayoutId::of_claim(&claim.key) else {
+        let Some(id) = PayoutId::of_claim(&crate::domain::IdempotencyKey::from_stored(
+            claim.key.clone(),
+        )) else {
             return false;
         };
         let request = PayoutRequest::from_fingerprint(&claim.fingerprint);

@@ -1,5 +1,6 @@
-//! Attribute-value plumbing shared by the table modules: building values, reading typed fields
-//! with a `Corrupt` error that names the item, and telling a failed condition from a failure.
+//! Attribute-value plumbing: building values, reading typed fields with a `Corrupt` error that
+//! names the item, and telling a failed condition from a failure. Public so a store built beside
+//! the claim table (payhook's other tables) speaks DynamoDB the same way.
 
 use std::collections::HashMap;
 
@@ -9,20 +10,23 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
-pub(crate) type Item = HashMap<String, AttributeValue>;
+/// One DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
 
-pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+/// A string attribute.
+pub fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-pub(crate) fn n(v: i64) -> AttributeValue {
+/// A number attribute.
+pub fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
 /// Wraps any SDK failure as retryable, keeping it as the source.
-pub(crate) fn unavailable<E>(operation: &'static str, table: &str, err: E) -> StoreError
+pub fn unavailable<E>(operation: &'static str, table: &str, err: E) -> StoreError
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -34,7 +38,7 @@ where
 }
 
 /// Service errors that can mean "your condition was false".
-pub(crate) trait ConditionFailure {
+pub trait ConditionFailure {
     /// `Some(item)` when this is ConditionalCheckFailed; the item is the ALL_OLD image when the
     /// server honours `ReturnValuesOnConditionCheckFailure` (DynamoDB, moto) and `None` when it
     /// does not (dynalite), in which case callers read the item with a consistent GetItem.
@@ -70,7 +74,7 @@ impl ConditionFailure for DeleteItemError {
 
 /// Splits a write's error: a failed condition is an answer (`Ok(old item if returned)`),
 /// anything else is `StoreError::Unavailable`.
-pub(crate) fn condition_failed<E, R>(
+pub fn condition_failed<E, R>(
     err: SdkError<E, R>,
     operation: &'static str,
     table: &str,
@@ -89,17 +93,19 @@ where
 }
 
 /// Typed reads from one item, with errors that say which item and attribute was wrong.
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     item: &'a Item,
     table: &'a str,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(item: &'a Item, table: &'a str) -> Self {
+    /// Reads `item` of `table` (named in errors).
+    pub fn new(item: &'a Item, table: &'a str) -> Self {
         Reader { item, table }
     }
 
-    pub(crate) fn corrupt(&self, reason: impl Into<String>) -> StoreError {
+    /// The error for this item: `reason` says what is wrong.
+    pub fn corrupt(&self, reason: impl Into<String>) -> StoreError {
         let key = self.opt_str("pk").unwrap_or("?").to_owned();
         StoreError::Corrupt {
             table: self.table.to_owned(),
@@ -108,19 +114,22 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub(crate) fn opt_str(&self, name: &str) -> Option<&'a str> {
+    /// A string attribute, if present.
+    pub fn opt_str(&self, name: &str) -> Option<&'a str> {
         match self.item.get(name) {
             Some(AttributeValue::S(v)) => Some(v.as_str()),
             _ => None,
         }
     }
 
-    pub(crate) fn str(&self, name: &str) -> Result<&'a str, StoreError> {
+    /// A string attribute that must be present.
+    pub fn str(&self, name: &str) -> Result<&'a str, StoreError> {
         self.opt_str(name)
             .ok_or_else(|| self.corrupt(format!("missing string {name}")))
     }
 
-    pub(crate) fn opt_num(&self, name: &str) -> Result<Option<i64>, StoreError> {
+    /// An integer attribute, if present.
+    pub fn opt_num(&self, name: &str) -> Result<Option<i64>, StoreError> {
         match self.item.get(name) {
             Some(AttributeValue::N(v)) => v
                 .parse()
@@ -131,19 +140,22 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub(crate) fn num(&self, name: &str) -> Result<i64, StoreError> {
+    /// An integer attribute that must be present.
+    pub fn num(&self, name: &str) -> Result<i64, StoreError> {
         self.opt_num(name)?
             .ok_or_else(|| self.corrupt(format!("missing number {name}")))
     }
 
-    pub(crate) fn str_set(&self, name: &str) -> Vec<String> {
+    /// A string set attribute (empty when absent).
+    pub fn str_set(&self, name: &str) -> Vec<String> {
         match self.item.get(name) {
             Some(AttributeValue::Ss(v)) => v.clone(),
             _ => Vec::new(),
         }
     }
 
-    pub(crate) fn list(&self, name: &str) -> &'a [AttributeValue] {
+    /// A list attribute (empty when absent).
+    pub fn list(&self, name: &str) -> &'a [AttributeValue] {
         match self.item.get(name) {
             Some(AttributeValue::L(v)) => v.as_slice(),
             _ => &[],
@@ -151,7 +163,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Parses a string attribute with `parse`, naming the attribute when it fails.
-    pub(crate) fn parsed<T, E>(
+    pub fn parsed<T, E>(
         &self,
         name: &str,
         parse: impl Fn(&str) -> Result<T, E>,

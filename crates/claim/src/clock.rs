@@ -20,6 +20,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -29,6 +30,15 @@ use aws_smithy_types::date_time::{DateTime, Format};
 /// How far above an answer's lower bound the kept offset may be before it is known wrong: the
 /// header's one-second resolution plus a second of latency.
 const JUMP_MS: i64 = 2_000;
+
+/// This process's wall clock in epoch milliseconds: only what the server's time is learnt
+/// against, and what a process-local duration (a Lambda's remaining time) is measured from.
+pub fn local_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
 
 /// A clock shared by a store and the interceptor that feeds it. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -56,7 +66,7 @@ impl StoreClock {
 
     /// This process's own wall clock (skew included): what the server time is learned against.
     pub fn local_ms(&self) -> i64 {
-        crate::domain::now_ms().saturating_add(self.inner.local_skew_ms.load(Ordering::Relaxed))
+        local_now_ms().saturating_add(self.inner.local_skew_ms.load(Ordering::Relaxed))
     }
 
     /// The server's time, if an answer from it has been seen.
@@ -96,18 +106,28 @@ impl StoreClock {
     }
 
     /// The interceptor that feeds this clock from every answer of the client it is added to.
-    pub(crate) fn interceptor(&self) -> ServerDate {
+    pub fn interceptor(&self) -> ServerDate {
         ServerDate(self.clone())
+    }
+
+    /// `client` rebuilt to feed this clock from every answer (its HTTP connections are shared).
+    pub fn attach(&self, client: &aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb::Client {
+        let conf = client
+            .config()
+            .to_builder()
+            .interceptor(self.interceptor())
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(conf)
     }
 }
 
 /// Reads the `Date` header of each DynamoDB answer into its [`StoreClock`].
 #[derive(Debug)]
-pub(crate) struct ServerDate(StoreClock);
+pub struct ServerDate(StoreClock);
 
 impl Intercept for ServerDate {
     fn name(&self) -> &'static str {
-        "payhook::ServerDate"
+        "dynamo_claim::ServerDate"
     }
 
     fn read_after_transmit(
@@ -129,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_skewed_local_clock_reads_the_server_time_once_an_answer_came() {
-        let true_now = crate::domain::now_ms();
+        let true_now = local_now_ms();
         let date = DateTime::from_millis(true_now)
             .fmt(Format::HttpDate)
             .unwrap_or_default();
@@ -154,7 +174,7 @@ mod tests {
                 .fmt(Format::HttpDate)
                 .unwrap_or_default()
         };
-        let now = crate::domain::now_ms();
+        let now = local_now_ms();
         clock.observe(&fmt(now));
         let first = clock.server_now_ms().unwrap_or(0);
         // An older Date (a slow answer) never moves the clock back.
@@ -165,9 +185,9 @@ mod tests {
             .inner
             .local_skew_ms
             .store(3_600_000, Ordering::Relaxed);
-        clock.observe(&fmt(crate::domain::now_ms()));
+        clock.observe(&fmt(local_now_ms()));
         let after = clock.server_now_ms().unwrap_or(0);
-        assert!((after - crate::domain::now_ms()).abs() <= 2_000, "{after}");
+        assert!((after - local_now_ms()).abs() <= 2_000, "{after}");
     }
 
     #[test]

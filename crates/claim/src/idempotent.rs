@@ -1,0 +1,322 @@
+//! The function-level entry: make one async function idempotent by a key taken from its event.
+//!
+//! ```text
+//! event ──key──▶ claim ──Claimed──▶ handler ──Ok──────────▶ finalize DONE(value) ─▶ Ran(value)
+//!                 │                          ├─Err(Before)──▶ release (owner-fenced) ─▶ Err
+//!                 │                          └─Err(Unknown)─▶ keep the claim ─────────▶ Err
+//!                 ├─Done, same payload ───────────────────────────────────────────────▶ Replayed(value)
+//!                 ├─held by a live lease ─────────────────────────────────────────────▶ InProgress
+//!                 └─same key, other payload (any path, ALL_OLD included) ─────────────▶ Conflict
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::cache::LocalCache;
+use crate::clock::local_now_ms;
+use crate::protocol::{ClaimOutcome, FinalizeOutcome, Fingerprint, StoredResponse};
+use crate::{ClaimTable, StoreError};
+
+/// What a call came to. Every outcome a duplicate can meet is a value, not an error: the
+/// caller decides what "in progress" means for its trigger (409 + `Retry-After` over HTTP, a
+/// batch item failure for SQS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer<R> {
+    /// This attempt ran the handler; its value is stored for every duplicate.
+    Ran(R),
+    /// An earlier attempt finished: its stored value, replayed. The handler did not run.
+    Replayed(R),
+    /// Another attempt holds the key under a live lease: retry after this long.
+    InProgress {
+        /// Until the holder's lease runs out.
+        retry_after_ms: i64,
+    },
+    /// The key was used for another payload: never replayed, the handler did not run.
+    Conflict,
+}
+
+impl<R> Answer<R> {
+    /// The value, if the handler ran now or before.
+    pub fn value(self) -> Option<R> {
+        match self {
+            Answer::Ran(r) | Answer::Replayed(r) => Some(r),
+            Answer::InProgress { .. } | Answer::Conflict => None,
+        }
+    }
+}
+
+/// How a handler failed, which decides what happens to its claim.
+#[derive(Debug)]
+pub enum Failed<X> {
+    /// Nothing happened yet (a validation, a refusal before any effect): the claim is released,
+    /// conditioned on our ownership, and a retry runs the handler afresh.
+    Before(X),
+    /// Something may have happened (a call that timed out, a crash half way). The claim stays
+    /// IN_PROGRESS: no duplicate runs the handler until its lease runs out; then a retry takes
+    /// over with [`Attempt::took_over`] set, and must find its own earlier effect by the key.
+    Unknown(X),
+}
+
+/// What the handler is told about its attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// An earlier attempt held this key and its lease ran out: some of its effects may exist.
+    pub took_over: bool,
+}
+
+/// Why a call gave no [`Answer`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error<X> {
+    /// The event has no key (the closure said `None`, or the path is missing or not a string
+    /// or number). Nothing ran: an unguarded run is never the fallback.
+    #[error("the event has no idempotency key")]
+    NoKey,
+    /// The claim table did not answer; nothing ran, or what ran is recoverable by the key.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The handler failed (its claim released or kept as [`Failed`] said).
+    #[error("the handler failed: {0}")]
+    Handler(X),
+    /// The handler's value could not be stored as JSON. Its effect happened, so the claim is
+    /// kept, never released.
+    #[error("the handler's value could not be stored")]
+    Encode(#[source] serde_json::Error),
+    /// A stored value does not read as this handler's value type.
+    #[error("the stored value does not read as the handler's type")]
+    Decode(#[source] serde_json::Error),
+}
+
+type KeyFn<E> = dyn Fn(&E) -> Option<String> + Send + Sync;
+type PayloadFn<E> = dyn Fn(&E) -> Option<Fingerprint> + Send + Sync;
+
+/// Makes calls idempotent by a key taken from their event.
+pub struct Idempotency<E> {
+    table: ClaimTable,
+    key: Arc<KeyFn<E>>,
+    payload: Arc<PayloadFn<E>>,
+    prefix: String,
+    lease_ms: i64,
+    cache: Option<Arc<LocalCache>>,
+}
+
+impl<E> Clone for Idempotency<E> {
+    fn clone(&self) -> Self {
+        Idempotency {
+            table: self.table.clone(),
+            key: Arc::clone(&self.key),
+            payload: Arc::clone(&self.payload),
+            prefix: self.prefix.clone(),
+            lease_ms: self.lease_ms,
+            cache: self.cache.clone(),
+        }
+    }
+}
+
+/// The value at JSON pointer `pointer` (`/body/order_id`) of `event`, as key text: strings as
+/// they are, numbers as written; anything else is no key.
+fn pointed(event: &impl Serialize, pointer: &str) -> Option<String> {
+    let value = serde_json::to_value(event).ok()?;
+    match value.pointer(pointer)? {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// SHA-256 of the JSON of `value`.
+fn fingerprint_of(value: &impl Serialize) -> Option<Fingerprint> {
+    serde_json::to_vec(value)
+        .ok()
+        .map(|b| Fingerprint::of_bytes(&b))
+}
+
+impl<E: Serialize + 'static> Idempotency<E> {
+    /// Keys each event by `key` (`None`: the event has no key, and nothing runs). The whole
+    /// event is the payload a duplicate must match ([`Idempotency::validate_path`] narrows it).
+    pub fn new(
+        table: ClaimTable,
+        key: impl Fn(&E) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        Idempotency {
+            table,
+            key: Arc::new(key),
+            payload: Arc::new(|e: &E| fingerprint_of(e)),
+            prefix: String::new(),
+            lease_ms: 60_000,
+            cache: None,
+        }
+    }
+
+    /// Keys each event by the value at JSON pointer `pointer` of its serde form
+    /// (`"/messageId"`, `"/body/order_id"`).
+    pub fn key_path(table: ClaimTable, pointer: &str) -> Self {
+        let pointer = pointer.to_owned();
+        Self::new(table, move |e: &E| pointed(e, &pointer))
+    }
+
+    /// Compares only the part of the event at JSON pointer `pointer` (say the amount and
+    /// currency), so fields that differ between honest retries (a timestamp, a trace id) do not
+    /// make a retry a conflict. A missing part fingerprints as JSON `null`.
+    pub fn validate_path(mut self, pointer: &str) -> Self {
+        let pointer = pointer.to_owned();
+        self.payload = Arc::new(move |e: &E| {
+            let value = serde_json::to_value(e).ok()?;
+            fingerprint_of(value.pointer(&pointer).unwrap_or(&serde_json::Value::Null))
+        });
+        self
+    }
+
+    /// Prefixes every key (the function's name, say), so two functions sharing a table never
+    /// share a key.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of a call that is given no [`Deadline`] (60 s by default): how long a crashed
+    /// attempt holds its key before a retry may take over.
+    pub fn lease_ms(mut self, lease_ms: i64) -> Self {
+        self.lease_ms = lease_ms.max(1);
+        self
+    }
+
+    /// Keeps the last `max_items` finished answers in this process, so a duplicate that meets a
+    /// warm instance is answered without a request. Only DONE answers are cached; the payload
+    /// is still compared.
+    pub fn local_cache(mut self, max_items: usize) -> Self {
+        self.cache = (max_items > 0).then(|| Arc::new(LocalCache::new(max_items)));
+        self
+    }
+
+    /// Runs `handler` at most once per key (until the claim's retention ends): the first call
+    /// runs it and stores its value; every later call with the same key and payload gets that
+    /// value back; a call while another attempt holds the key gets [`Answer::InProgress`].
+    /// `deadline` ties the lease to the invocation's remaining time (see [`Deadline`]).
+    pub async fn run<R, X, F, Fut>(
+        &self,
+        event: &E,
+        deadline: Option<Deadline>,
+        handler: F,
+    ) -> Result<Answer<R>, Error<X>>
+    where
+        R: Serialize + DeserializeOwned,
+        F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Result<R, Failed<X>>>,
+    {
+        let (key, fingerprint) = self.identify(event).ok_or(Error::NoKey)?;
+        self.run_as(key, fingerprint, deadline, handler).await
+    }
+
+    /// The event's prefixed key and the fingerprint of its payload.
+    pub(crate) fn identify(&self, event: &E) -> Option<(String, Fingerprint)> {
+        let key = (self.key)(event)?;
+        Some((format!("{}{key}", self.prefix), (self.payload)(event)?))
+    }
+
+    /// [`Idempotency::run`] for an event already identified (the layer moves the event into
+    /// the handler).
+    pub(crate) async fn run_as<R, X, F, Fut>(
+        &self,
+        key: String,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        handler: F,
+    ) -> Result<Answer<R>, Error<X>>
+    where
+        R: Serialize + DeserializeOwned,
+        F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Result<R, Failed<X>>>,
+    {
+        if let Some(cache) = &self.cache {
+            match cache.get(&key, &fingerprint) {
+                Some(Ok(stored)) => return decode(&stored).map(Answer::Replayed),
+                Some(Err(())) => return Ok(Answer::Conflict),
+                None => {}
+            }
+        }
+        let lease_ms = deadline.map_or(self.lease_ms, Deadline::lease_ms);
+        let (token, took_over) = match self.table.claim(&key, &fingerprint, lease_ms).await? {
+            ClaimOutcome::Claimed { token, took_over } => (token, took_over),
+            ClaimOutcome::Replay(stored) => {
+                self.remember(&key, &fingerprint, &stored);
+                return decode(&stored).map(Answer::Replayed);
+            }
+            ClaimOutcome::InFlight { retry_after_ms } => {
+                return Ok(Answer::InProgress { retry_after_ms })
+            }
+            ClaimOutcome::Conflict { .. } => return Ok(Answer::Conflict),
+        };
+        let value = match handler(Attempt { took_over }).await {
+            Ok(value) => value,
+            Err(Failed::Before(x)) => {
+                self.table.release(&key, &token).await?;
+                return Err(Error::Handler(x));
+            }
+            Err(Failed::Unknown(x)) => return Err(Error::Handler(x)),
+        };
+        let stored = StoredResponse {
+            status: 200,
+            body: serde_json::to_string(&value).map_err(Error::Encode)?,
+        };
+        match self.table.finalize(&key, &token, &stored).await? {
+            FinalizeOutcome::Done => {
+                self.remember(&key, &fingerprint, &stored);
+                Ok(Answer::Ran(value))
+            }
+            // Our lease ran out and a successor finished first: its value is the one stored.
+            FinalizeOutcome::Superseded(Some(theirs)) => decode(&theirs).map(Answer::Replayed),
+            FinalizeOutcome::Superseded(None) => Ok(Answer::Ran(value)),
+        }
+    }
+
+    fn remember(&self, key: &str, fingerprint: &Fingerprint, stored: &StoredResponse) {
+        if let Some(cache) = &self.cache {
+            cache.put(key, fingerprint, stored);
+        }
+    }
+}
+
+fn decode<R: DeserializeOwned, X>(stored: &StoredResponse) -> Result<R, Error<X>> {
+    serde_json::from_str(&stored.body).map_err(Error::Decode)
+}
+
+/// When the invocation ends, so that its claim's lease ends with it: a duplicate is "in
+/// progress" while this attempt can still be running, and may take over as soon as it cannot.
+/// Only a duration is taken from this process's clock; the lease's end is written in the
+/// store's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    at_local_ms: i64,
+}
+
+impl Deadline {
+    /// A margin past the deadline for the runtime to stop the invocation.
+    const MARGIN_MS: i64 = 1_000;
+
+    /// `remaining_ms` from now.
+    pub fn in_ms(remaining_ms: i64) -> Self {
+        Deadline {
+            at_local_ms: local_now_ms().saturating_add(remaining_ms),
+        }
+    }
+
+    /// The Lambda invocation's deadline.
+    #[cfg(feature = "lambda")]
+    pub fn of(context: &lambda_runtime::Context) -> Self {
+        Deadline {
+            at_local_ms: i64::try_from(context.deadline).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The lease a claim taken now should have.
+    pub fn lease_ms(self) -> i64 {
+        self.at_local_ms
+            .saturating_sub(local_now_ms())
+            .max(0)
+            .saturating_add(Self::MARGIN_MS)
+    }
+}

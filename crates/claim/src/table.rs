@@ -1,0 +1,427 @@
+//! The claim table on DynamoDB: claim, take over, finalize, release, read. Each write is one
+//! conditional statement; the item mapping sits beside the writes that use it.
+//!
+//! Item: `pk` = the key, `status` IN_PROGRESS | DONE, `owner`, `lease_expires_at_ms`,
+//! `fingerprint`, `response_status` + `response_body` once DONE, `open` (a sparse index's key)
+//! while IN_PROGRESS (`IN_PROGRESS#{shard}`), `expires_at_s` (TTL), set once DONE.
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+
+use crate::item::{condition_failed, n, s, unavailable, Item, Reader};
+use crate::protocol::{
+    judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Existing, FinalizeOutcome, Fingerprint,
+    OwnerToken, StoredResponse,
+};
+use crate::{StoreClock, StoreError};
+
+/// The `status` of a claim being worked on.
+pub const IN_PROGRESS: &str = "IN_PROGRESS";
+/// The `status` of a finished claim.
+pub const DONE: &str = "DONE";
+/// The sparse index over IN_PROGRESS claims (`open`, `lease_expires_at_ms`).
+pub const OPEN_INDEX: &str = "open";
+/// Rounds of put -> judge -> takeover before giving up with "in flight": only reached when other
+/// attempts keep changing the item under us, which a retry later settles.
+const CLAIM_ROUNDS: usize = 3;
+
+/// Maps a claim item to its record.
+pub fn record_of(item: &Item, table: &str) -> Result<ClaimRecord, StoreError> {
+    let r = Reader::new(item, table);
+    let key = r.str("pk")?.to_owned();
+    let fingerprint = Fingerprint::from_stored(r.str("fingerprint")?.to_owned());
+    let state = match r.str("status")? {
+        IN_PROGRESS => ClaimState::InProgress {
+            owner: OwnerToken::from_stored(r.str("owner")?.to_owned()),
+            lease_expires_at_ms: r.num("lease_expires_at_ms")?,
+        },
+        DONE => {
+            let status = u16::try_from(r.num("response_status")?)
+                .map_err(|_| r.corrupt("response_status out of range"))?;
+            ClaimState::Done(StoredResponse {
+                status,
+                body: r.str("response_body")?.to_owned(),
+            })
+        }
+        other => return Err(r.corrupt(format!("unknown status {other}"))),
+    };
+    Ok(ClaimRecord {
+        key,
+        state,
+        fingerprint,
+    })
+}
+
+/// The shard of `key` among `shards` (FNV-1a): where its IN_PROGRESS claim sits in the `open`
+/// index, so no index partition is written by every claim.
+pub fn shard_of(key: &str, shards: u32) -> u32 {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    u32::try_from(hash % u64::from(shards.max(1))).unwrap_or(0)
+}
+
+/// One DynamoDB table of claims. Cheap to clone.
+///
+/// Times (leases, `updated_at_ms`, the TTL) are the store's own ([`StoreClock`]), never this
+/// process's: a takeover judged by a machine whose clock is wrong would take a live lease.
+#[derive(Clone, Debug)]
+pub struct ClaimTable {
+    client: Client,
+    table: Arc<str>,
+    clock: StoreClock,
+    retention_s: i64,
+    open_shards: u32,
+}
+
+impl ClaimTable {
+    /// Claims in `table`, through `client` (rebuilt to learn DynamoDB's time from its answers).
+    /// DONE claims are kept an hour (see [`ClaimTable::retention_s`]).
+    pub fn new(client: &Client, table: impl Into<String>) -> Self {
+        let clock = StoreClock::default();
+        Self::with_clock(clock.attach(client), table, clock)
+    }
+
+    /// Claims through a `client` already feeding `clock` ([`StoreClock::attach`]), for a
+    /// service whose other tables share the client and the clock.
+    pub fn with_clock(client: Client, table: impl Into<String>, clock: StoreClock) -> Self {
+        ClaimTable {
+            client,
+            table: Arc::from(table.into()),
+            clock,
+            retention_s: 3_600,
+            open_shards: 1,
+        }
+    }
+
+    /// How long a DONE claim is kept (its `expires_at_s` TTL): it must outlive every retry of the
+    /// same key. Until DynamoDB's TTL removes it, it is replayed.
+    pub fn retention_s(mut self, retention_s: i64) -> Self {
+        self.retention_s = retention_s;
+        self
+    }
+
+    /// Spreads IN_PROGRESS claims over `shards` keys of the `open` index ([`shard_of`]).
+    pub fn open_shards(mut self, shards: u32) -> Self {
+        self.open_shards = shards.max(1);
+        self
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.table
+    }
+
+    /// The store's clock, the one leases are written and judged in.
+    pub fn clock(&self) -> &StoreClock {
+        &self.clock
+    }
+
+    /// Claims `key` for `lease_ms`: one conditional `PutItem`; a duplicate learns from the
+    /// claim it met (the `ALL_OLD` image, or a consistent read where the server gives none)
+    /// what to do next, and an expired lease is taken over under a condition on its owner.
+    pub async fn claim(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+        lease_ms: i64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let token = OwnerToken::generate();
+        for _ in 0..CLAIM_ROUNDS {
+            let existing = match self.put_claim(key, fingerprint, &token, lease_ms).await? {
+                Ok(()) => {
+                    return Ok(ClaimOutcome::Claimed {
+                        token,
+                        took_over: false,
+                    })
+                }
+                Err(Some(old)) => Some(old),
+                // The server did not return the item that failed our condition: read it.
+                Err(None) => self.read(key).await?,
+            };
+            // Gone between our put and our read: it was released, so claim again.
+            let Some(existing) = existing else { continue };
+            let record = record_of(&existing, &self.table)?;
+            match judge_existing(&record, fingerprint, self.clock.now_ms(), &token) {
+                Existing::Decided(outcome) => return Ok(outcome),
+                Existing::TakeOver { previous_owner } => {
+                    if self
+                        .take_over(key, &previous_owner, &token, lease_ms)
+                        .await?
+                    {
+                        return Ok(ClaimOutcome::Claimed {
+                            token,
+                            took_over: true,
+                        });
+                    }
+                    // Someone else took it over or finished it first: judge again.
+                }
+            }
+        }
+        Ok(ClaimOutcome::InFlight {
+            retry_after_ms: 1_000,
+        })
+    }
+
+    /// Marks the claim DONE with `response`, only if `token` still owns it and it is
+    /// IN_PROGRESS. A condition that fails on our own DONE (the SDK resent a finalize whose reply
+    /// was lost) is `Done`; on another owner's, `Superseded` with its answer if it finished.
+    pub async fn finalize(
+        &self,
+        key: &str,
+        token: &OwnerToken,
+        response: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let table = &*self.table;
+        let now = self.clock.now_ms();
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(key))
+            .update_expression(
+                "SET #status = :done, response_status = :rs, response_body = :rb, \
+                 updated_at_ms = :now, expires_at_s = :exp REMOVE #open",
+            )
+            .condition_expression("#owner = :t AND #status = :inprog")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":t", s(token.as_str()))
+            .expression_attribute_values(":inprog", s(IN_PROGRESS))
+            .expression_attribute_values(":done", s(DONE))
+            .expression_attribute_values(":rs", n(i64::from(response.status)))
+            .expression_attribute_values(":rb", s(response.body.as_str()))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":exp", n(expires_at_s(now, self.retention_s)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let old = match result {
+            Ok(_) => return Ok(FinalizeOutcome::Done),
+            Err(e) => match condition_failed(e, "UpdateItem", table)? {
+                Some(old) => Some(old),
+                None => self.read(key).await?,
+            },
+        };
+        // DONE under our own token: the SDK retried our finalize after its reply was lost.
+        let ours = old.as_ref().is_some_and(|item| {
+            let r = Reader::new(item, table);
+            r.opt_str("owner") == Some(token.as_str()) && r.opt_str("status") == Some(DONE)
+        });
+        if ours {
+            return Ok(FinalizeOutcome::Done);
+        }
+        // Not ours any more: a successor took over. Its answer stands if it finished.
+        let stored = match old.map(|item| record_of(&item, table)).transpose()? {
+            Some(ClaimRecord {
+                state: ClaimState::Done(resp),
+                ..
+            }) => Some(resp),
+            _ => None,
+        };
+        Ok(FinalizeOutcome::Superseded(stored))
+    }
+
+    /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only for attempts
+    /// that surely did nothing; never after an effect whose outcome is unknown. Returns whether
+    /// it was ours to delete.
+    pub async fn release(&self, key: &str, token: &OwnerToken) -> Result<bool, StoreError> {
+        let table = &*self.table;
+        let result = self
+            .client
+            .delete_item()
+            .table_name(table)
+            .key("pk", s(key))
+            .condition_expression("#owner = :t AND #status = :inprog")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":t", s(token.as_str()))
+            .expression_attribute_values(":inprog", s(IN_PROGRESS))
+            .return_values(ReturnValue::None)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => condition_failed(e, "DeleteItem", table).map(|_| false),
+        }
+    }
+
+    /// Reads a claim with a consistent read.
+    pub async fn get(&self, key: &str) -> Result<Option<ClaimRecord>, StoreError> {
+        let item = self.read(key).await?;
+        item.map(|i| record_of(&i, &self.table)).transpose()
+    }
+
+    async fn read(&self, key: &str) -> Result<Option<Item>, StoreError> {
+        let table = &*self.table;
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key("pk", s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| unavailable("GetItem", table, e))?;
+        Ok(out.item)
+    }
+
+    /// The fresh claim: one PutItem that succeeds only if the key was never claimed.
+    async fn put_claim(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<Result<(), Option<Item>>, StoreError> {
+        let table = &*self.table;
+        let open = format!("{IN_PROGRESS}#{}", shard_of(key, self.open_shards));
+        let now = self.clock.now_ms();
+        let result = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", s(key))
+            .item("status", s(IN_PROGRESS))
+            .item("open", s(open))
+            .item("owner", s(token.as_str()))
+            .item("lease_expires_at_ms", n(now.saturating_add(lease_ms)))
+            .item("fingerprint", s(fingerprint.as_str()))
+            .item("created_at_ms", n(now))
+            .item("updated_at_ms", n(now))
+            // No TTL until DONE (finalize sets it): a claim stuck IN_PROGRESS stays until
+            // someone resumes it, so nothing it holds back can silently expire.
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Ok(())),
+            Err(e) => Ok(Err(condition_failed(e, "PutItem", table)?)),
+        }
+    }
+
+    /// Takes over an expired lease from `previous`. The condition repeats the facts we judged on
+    /// (same owner, still IN_PROGRESS, lease expired by the clock now), so of two takers one wins.
+    async fn take_over(
+        &self,
+        key: &str,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let table = &*self.table;
+        let now = self.clock.now_ms();
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(key))
+            .update_expression(
+                "SET #owner = :t, lease_expires_at_ms = :lease, updated_at_ms = :now, \
+                 takeovers = if_not_exists(takeovers, :zero) + :one",
+            )
+            .condition_expression(
+                "#owner = :prev AND #status = :inprog AND lease_expires_at_ms <= :now",
+            )
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":t", s(token.as_str()))
+            .expression_attribute_values(":prev", s(previous.as_str()))
+            .expression_attribute_values(":inprog", s(IN_PROGRESS))
+            .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| false),
+        }
+    }
+}
+
+impl ClaimTable {
+    /// Creates the table (on-demand, `pk`, the sparse `open` index) if it does not exist, and
+    /// asks for TTL on `expires_at_s` where the server has it: for development and tests.
+    /// Production tables come from the deployment template (see the README's schema).
+    pub async fn create_if_missing(&self) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::{
+            AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+            Projection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
+        };
+        let table = &*self.table;
+        let attr = |name: &str, kind| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(kind)
+                .build()
+                .map_err(|e| unavailable("CreateTable", table, e))
+        };
+        let key = |name: &str, kind| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build()
+                .map_err(|e| unavailable("CreateTable", table, e))
+        };
+        let projection = Projection::builder()
+            .projection_type(ProjectionType::Include)
+            .set_non_key_attributes(Some(
+                ["status", "owner", "fingerprint", "created_at_ms"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        let index = GlobalSecondaryIndex::builder()
+            .index_name(OPEN_INDEX)
+            .key_schema(key("open", KeyType::Hash)?)
+            .key_schema(key("lease_expires_at_ms", KeyType::Range)?)
+            .projection(projection)
+            .build()
+            .map_err(|e| unavailable("CreateTable", table, e))?;
+        let created = self
+            .client
+            .create_table()
+            .table_name(table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
+            .attribute_definitions(attr("open", ScalarAttributeType::S)?)
+            .attribute_definitions(attr("lease_expires_at_ms", ScalarAttributeType::N)?)
+            .key_schema(key("pk", KeyType::Hash)?)
+            .global_secondary_indexes(index)
+            .send()
+            .await;
+        if let Err(e) = created {
+            let exists = e
+                .as_service_error()
+                .is_some_and(|s| s.is_resource_in_use_exception());
+            if !exists {
+                return Err(unavailable("CreateTable", table, e));
+            }
+        }
+        let ttl = TimeToLiveSpecification::builder()
+            .attribute_name("expires_at_s")
+            .enabled(true)
+            .build()
+            .map_err(|e| unavailable("UpdateTimeToLive", table, e))?;
+        // dynalite has no TTL: a DONE claim is then kept until deleted, which is only safer.
+        let _ = self
+            .client
+            .update_time_to_live()
+            .table_name(table)
+            .time_to_live_specification(ttl)
+            .send()
+            .await;
+        Ok(())
+    }
+}
+
+/// Epoch seconds `retention_s` after `now_ms`: the value DynamoDB's TTL attribute wants.
+pub fn expires_at_s(now_ms: i64, retention_s: i64) -> i64 {
+    (now_ms / 1_000).saturating_add(retention_s)
+}

@@ -60,11 +60,11 @@ start_dynalite() {
   log "==> dynalite on $AWS_ENDPOINT_URL_DYNAMODB"
 }
 
-# The one build every script uses: `cargo test --all-targets` resolves features with the
+# The one build every script uses: `cargo test --workspace --all-targets` resolves features with the
 # dev-dependencies unified in, and a plain `cargo build` would not (a second build of tokio, the
 # SDK and everything above them, ~4 minutes on 2 cores). So scripts/dev, scripts/test and
 # scripts/invoke-samples all build this way, in whatever order they run, and share
 # target/debug/payhook.
 build_all() {
-  cargo test --locked --all-targets --no-run "$@"
+  cargo test --locked --workspace --all-targets --no-run "$@"
 }

@@ -165,3 +165,52 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
         assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
     }
 }
+
+/// The claim crate on its own, where Powertools went wrong (TypeScript before 1.18.1, Java
+/// before 2.6.0): a duplicate decided from the `ALL_OLD` image of the failed put is still
+/// compared with its payload, so other money under the same key is a conflict, never a replay.
+#[tokio::test]
+async fn the_claim_crate_judges_payload_on_the_all_old_path_too() {
+    use dynamo_claim::{Answer, ClaimTable, Failed, Idempotency};
+    // GIVEN the crate's table on moto, through a client that counts requests
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let conf = aws_sdk_dynamodb::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&moto.endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .interceptor(counter.clone())
+        .build();
+    let table = ClaimTable::new(&aws_sdk_dynamodb::Client::from_conf(conf), "crate-claims");
+    table.create_if_missing().await.expect("create on moto");
+    let once = Idempotency::<serde_json::Value>::key_path(table, "/order_id")
+        .validate_path("/amount_minor");
+    let charges = std::sync::atomic::AtomicUsize::new(0);
+    let charge = |_| async {
+        charges.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok::<_, Failed<String>>("ch_1".to_owned())
+    };
+    let paid = serde_json::json!({"order_id": "ord_1", "amount_minor": 500});
+    assert_eq!(
+        once.run(&paid, None, charge).await.unwrap(),
+        Answer::Ran("ch_1".to_owned())
+    );
+    // WHEN the same key comes with other money, then with the same
+    counter.reset();
+    let other = serde_json::json!({"order_id": "ord_1", "amount_minor": 90_000});
+    let conflict = once.run(&other, None, charge).await.unwrap();
+    let conflict_requests = counter.snapshot();
+    counter.reset();
+    let replay = once.run(&paid, None, charge).await.unwrap();
+    // THEN a conflict and a replay, each decided from the failed put alone (no read)
+    assert_eq!(conflict, Answer::Conflict);
+    assert_eq!(replay, Answer::Replayed("ch_1".to_owned()));
+    assert_eq!(
+        conflict_requests.values().sum::<u64>(),
+        1,
+        "{conflict_requests:?}"
+    );
+    assert_eq!(counter.get("GetItem"), 0, "{:?}", counter.snapshot());
+    assert_eq!(charges.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

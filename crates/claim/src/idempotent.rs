@@ -136,7 +136,9 @@ fn fingerprint_of(value: &impl Serialize) -> Option<Fingerprint> {
 
 impl<E: Serialize + 'static> Idempotency<E> {
     /// Keys each event by `key` (`None`: the event has no key, and nothing runs). The whole
-    /// event is the payload a duplicate must match ([`Idempotency::validate_path`] narrows it).
+    /// event is the payload a duplicate must match, which is safe (nothing is ever replayed for
+    /// other data) but strict: narrow it with [`Idempotency::validate`] or
+    /// [`Idempotency::validate_path`] for triggers that add delivery metadata.
     pub fn new(
         table: ClaimTable,
         key: impl Fn(&E) -> Option<String> + Send + Sync + 'static,
@@ -167,6 +169,17 @@ impl<E: Serialize + 'static> Idempotency<E> {
             let value = serde_json::to_value(e).ok()?;
             fingerprint_of(value.pointer(&pointer).unwrap_or(&serde_json::Value::Null))
         });
+        self
+    }
+
+    /// Compares only `part(event)` (its JSON), for events whose delivery metadata changes
+    /// between honest redeliveries (an SQS receipt handle and receive count): the order a
+    /// message carries, say.
+    pub fn validate<P: Serialize>(
+        mut self,
+        part: impl Fn(&E) -> P + Send + Sync + 'static,
+    ) -> Self {
+        self.payload = Arc::new(move |e: &E| fingerprint_of(&part(e)));
         self
     }
 

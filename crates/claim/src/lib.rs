@@ -15,7 +15,7 @@
 //! let orders = Idempotency::key_path(ClaimTable::new(&client, "claims"), "/id");
 //! let order = Order { id: "ord_1".into(), amount_minor: 500 };
 //! let answer = orders
-//!     .run(&order, None, |_attempt| async { Ok::<_, Failed<std::io::Error>>("charged") })
+//!     .run(&order, None, |_attempt| async { Ok::<_, Failed<std::io::Error>>("charged".to_owned()) })
 //!     .await?;
 //! assert!(matches!(answer, Answer::Ran(_) | Answer::Replayed(_)));
 //! # Ok(()) }

@@ -404,6 +404,7 @@ impl ClaimTable {
                 return Err(unavailable("CreateTable", table, e));
             }
         }
+        self.wait_active().await?;
         let ttl = TimeToLiveSpecification::builder()
             .attribute_name("expires_at_s")
             .enabled(true)
@@ -418,6 +419,36 @@ impl ClaimTable {
             .send()
             .await;
         Ok(())
+    }
+}
+
+impl ClaimTable {
+    /// Waits (up to two minutes) until the table and its index are ACTIVE.
+    async fn wait_active(&self) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::{IndexStatus, TableStatus};
+        let table = &*self.table;
+        for _ in 0..240 {
+            let out = self
+                .client
+                .describe_table()
+                .table_name(table)
+                .send()
+                .await
+                .map_err(|e| unavailable("DescribeTable", table, e))?;
+            let Some(desc) = out.table else { continue };
+            let indexes_active = desc
+                .global_secondary_indexes()
+                .iter()
+                .all(|i| i.index_status() == Some(&IndexStatus::Active));
+            if desc.table_status() == Some(&TableStatus::Active) && indexes_active {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        Err(StoreError::Contended {
+            table: table.to_owned(),
+            key: "the table is not ACTIVE after two minutes".into(),
+        })
     }
 }
 

@@ -1,0 +1,455 @@
+//! Each documented behaviour of the crate against a real DynamoDB API: dynalite (started by the
+//! workspace's test command, or here from its `scripts/dynalite.js`), or DynamoDB Local / AWS in
+//! `AWS_ENDPOINT_URL_DYNAMODB`. Each test its own uniquely named table.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use dynamo_claim::{
+    Answer, ClaimState, ClaimTable, Deadline, Error, Failed, Idempotency, IdempotencyLayer,
+};
+use serde::{Deserialize, Serialize};
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+static DYNALITE: Mutex<Option<Child>> = Mutex::new(None);
+static TABLES: AtomicU64 = AtomicU64::new(0);
+
+fn endpoint() -> String {
+    ENDPOINT
+        .get_or_init(|| {
+            if let Ok(e) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
+                if !e.is_empty() {
+                    return e;
+                }
+            }
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/dynalite.js");
+            let mut child = Command::new("node")
+                .arg(script)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("set AWS_ENDPOINT_URL_DYNAMODB, or run `npm ci` at the workspace root");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("dynalite port");
+            *DYNALITE.lock().unwrap() = Some(child);
+            format!("http://127.0.0.1:{}", line.trim())
+        })
+        .clone()
+}
+
+fn client() -> aws_sdk_dynamodb::Client {
+    let timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+        .operation_attempt_timeout(Duration::from_secs(30))
+        .operation_timeout(Duration::from_secs(120))
+        .build();
+    let conf = aws_sdk_dynamodb::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .endpoint_url(endpoint())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+async fn table(name: &str) -> ClaimTable {
+    let n = TABLES.fetch_add(1, Ordering::Relaxed);
+    let table = ClaimTable::new(
+        &client(),
+        format!("claims-{name}-{}-{n}", std::process::id()),
+    );
+    table.create_if_missing().await.unwrap();
+    table
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Order {
+    order_id: String,
+    amount_minor: i64,
+    trace: String,
+}
+
+fn order(id: &str, amount_minor: i64) -> Order {
+    Order {
+        order_id: id.into(),
+        amount_minor,
+        trace: format!("trace-{}", TABLES.fetch_add(1, Ordering::Relaxed)),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    charge: String,
+    amount_minor: i64,
+}
+
+/// A handler that counts its effects (the charges a real one would make).
+fn charger(
+    charges: &Arc<AtomicUsize>,
+    o: &Order,
+) -> impl std::future::Future<Output = Result<Receipt, Failed<String>>> {
+    let charges = Arc::clone(charges);
+    let amount_minor = o.amount_minor;
+    async move {
+        let n = charges.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Receipt {
+            charge: format!("ch_{n}"),
+            amount_minor,
+        })
+    }
+}
+
+fn orders(table: ClaimTable) -> Idempotency<Order> {
+    Idempotency::key_path(table, "/order_id").validate_path("/amount_minor")
+}
+
+#[tokio::test]
+async fn the_first_call_runs_and_every_duplicate_gets_its_stored_value() {
+    // GIVEN an order keyed by its id
+    let table = table("replay").await;
+    let once = orders(table.clone());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_1", 500);
+    // WHEN it is delivered three times (a later delivery with another trace id)
+    let first = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    let again = order("ord_1", 500);
+    let second = once
+        .run(&again, None, |_| charger(&charges, &again))
+        .await
+        .unwrap();
+    let third = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    // THEN one charge, and both duplicates answer its receipt
+    let receipt = Receipt {
+        charge: "ch_1".into(),
+        amount_minor: 500,
+    };
+    assert_eq!(first, Answer::Ran(receipt.clone()));
+    assert_eq!(second, Answer::Replayed(receipt.clone()));
+    assert_eq!(third, Answer::Replayed(receipt.clone()));
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+    // AND the stored answer is the value's JSON, byte for byte
+    let stored = table.get("ord_1").await.unwrap().unwrap();
+    let ClaimState::Done(answer) = stored.state else {
+        panic!("not done: {stored:?}")
+    };
+    assert_eq!(answer.body, serde_json::to_string(&receipt).unwrap());
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_payload_is_a_conflict_never_a_replay() {
+    let table = table("conflict").await;
+    let once = orders(table);
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_2", 500);
+    once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    let other = order("ord_2", 90_000);
+    let answer = once
+        .run(&other, None, |_| charger(&charges, &other))
+        .await
+        .unwrap();
+    assert_eq!(answer, Answer::Conflict);
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_are_in_progress_values_and_one_runs() {
+    // GIVEN a first call whose handler holds until every duplicate has answered
+    let table = table("concurrent").await;
+    let once = orders(table);
+    let charges = Arc::new(AtomicUsize::new(0));
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let o = order("ord_3", 700);
+    let first = {
+        let (once, o, charges) = (once.clone(), o.clone(), Arc::clone(&charges));
+        tokio::spawn(async move {
+            let effect = charger(&charges, &o);
+            once.run(&o, None, |_| async move {
+                started_tx.send(()).unwrap();
+                held.await.unwrap();
+                effect.await
+            })
+            .await
+        })
+    };
+    started.await.unwrap();
+    // WHEN eight duplicates arrive while it runs
+    let duplicates = (0..8).map(|_| {
+        let (once, o, charges) = (once.clone(), o.clone(), Arc::clone(&charges));
+        tokio::spawn(async move { once.run(&o, None, |_| charger(&charges, &o)).await })
+    });
+    let answers = futures_join(duplicates).await;
+    release.send(()).unwrap();
+    // THEN each is an in-progress value (not an error), and one charge is made
+    for answer in answers {
+        assert!(
+            matches!(answer, Ok(Answer::InProgress { retry_after_ms }) if retry_after_ms > 0),
+            "{answer:?}"
+        );
+    }
+    assert!(matches!(first.await.unwrap(), Ok(Answer::Ran(_))));
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+async fn futures_join<T: Send + 'static>(
+    handles: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_failure_before_any_effect_releases_and_an_unknown_one_keeps_the_claim() {
+    let table = table("failures").await;
+    let once = orders(table.clone()).lease_ms(60_000);
+    let charges = Arc::new(AtomicUsize::new(0));
+    // Before: released, so the retry runs afresh.
+    let o = order("ord_4", 100);
+    let failed = once
+        .run(&o, None, |_| async {
+            Err::<Receipt, _>(Failed::Before("card declined before the call".to_owned()))
+        })
+        .await;
+    assert!(matches!(failed, Err(Error::Handler(_))));
+    assert!(table.get("ord_4").await.unwrap().is_none(), "released");
+    let retried = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    assert!(matches!(retried, Answer::Ran(_)));
+    // Unknown: the claim stays, so a retry does not charge again while the lease lives.
+    let u = order("ord_5", 100);
+    let failed = once
+        .run(&u, None, |_| async {
+            Err::<Receipt, _>(Failed::Unknown("the charge call timed out".to_owned()))
+        })
+        .await;
+    assert!(matches!(failed, Err(Error::Handler(_))));
+    let retried = once.run(&u, None, |_| charger(&charges, &u)).await.unwrap();
+    assert!(matches!(retried, Answer::InProgress { .. }), "{retried:?}");
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        1,
+        "only ord_4's retry charged"
+    );
+    assert!(matches!(
+        table.get("ord_5").await.unwrap().unwrap().state,
+        ClaimState::InProgress { .. }
+    ));
+}
+
+#[tokio::test]
+async fn after_the_lease_a_retry_takes_over_and_knows_it() {
+    let table = table("takeover").await;
+    let once = orders(table).lease_ms(1);
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_6", 100);
+    let _ = once
+        .run(&o, None, |_| async {
+            Err::<Receipt, _>(Failed::Unknown("crashed half way".to_owned()))
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut told = None;
+    let answer = once
+        .run(&o, None, |attempt| {
+            told = Some(attempt.took_over);
+            charger(&charges, &o)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(answer, Answer::Ran(_)));
+    assert_eq!(
+        told,
+        Some(true),
+        "the successor is told an attempt came before"
+    );
+}
+
+#[tokio::test]
+async fn a_zombie_cannot_overwrite_its_successors_answer() {
+    // GIVEN a first attempt whose lease ran out while it was still working
+    let table = table("fencing").await;
+    let once = orders(table.clone()).lease_ms(1);
+    let o = order("ord_7", 100);
+    let (release, held) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let zombie = {
+        let (once, o) = (once.clone(), o.clone());
+        tokio::spawn(async move {
+            once.run(&o, None, |_| async move {
+                started_tx.send(()).unwrap();
+                held.await.unwrap();
+                Ok::<_, Failed<String>>("zombie".to_owned())
+            })
+            .await
+        })
+    };
+    started.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // WHEN a successor takes over and finishes, and then the zombie finishes
+    let successor = once
+        .run(&o, None, |_| async {
+            Ok::<_, Failed<String>>("successor".to_owned())
+        })
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    let zombie = zombie.await.unwrap().unwrap();
+    // THEN the successor's answer stands, and the zombie is told it
+    assert_eq!(successor, Answer::Ran("successor".to_owned()));
+    assert_eq!(zombie, Answer::Replayed("successor".to_owned()));
+    let ClaimState::Done(stored) = table.get("ord_7").await.unwrap().unwrap().state else {
+        panic!("not done")
+    };
+    assert_eq!(stored.body, "\"successor\"");
+}
+
+#[tokio::test]
+async fn the_lease_ends_with_the_invocations_deadline() {
+    let table = table("deadline").await;
+    let once = orders(table.clone()).lease_ms(600_000);
+    let o = order("ord_8", 100);
+    let mut lease = None;
+    once.run(&o, Some(Deadline::in_ms(5_000)), |_| async {
+        let claim = table.get("ord_8").await.unwrap().unwrap();
+        if let ClaimState::InProgress {
+            lease_expires_at_ms,
+            ..
+        } = claim.state
+        {
+            lease = Some(lease_expires_at_ms - table.clock().now_ms());
+        }
+        Ok::<_, Failed<String>>(())
+    })
+    .await
+    .unwrap();
+    // 5 s of remaining time and a second's margin, not the 10 minutes given for no deadline.
+    let lease = lease.unwrap();
+    assert!((3_000..=6_500).contains(&lease), "lease {lease} ms");
+    // A Lambda context's deadline is the same thing.
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = u64::try_from(dynamo_claim::local_now_ms() + 2_000).unwrap();
+    let from_context = Deadline::of(&context).lease_ms();
+    assert!((1_500..=3_000).contains(&from_context), "{from_context}");
+}
+
+#[tokio::test]
+async fn the_local_cache_answers_a_warm_duplicate_without_the_table() {
+    let table = table("cache").await;
+    let cached = orders(table.clone()).local_cache(16);
+    let uncached = orders(table.clone());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_9", 100);
+    cached
+        .run(&o, None, |_| charger(&charges, &o))
+        .await
+        .unwrap();
+    // The claim is gone from the table (as TTL would remove it): only the cache remembers.
+    client()
+        .delete_item()
+        .table_name(table.name())
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("ord_9".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let warm = cached
+        .run(&o, None, |_| charger(&charges, &o))
+        .await
+        .unwrap();
+    assert!(matches!(warm, Answer::Replayed(_)), "{warm:?}");
+    let other = order("ord_9", 999);
+    let conflict = cached
+        .run(&other, None, |_| charger(&charges, &other))
+        .await
+        .unwrap();
+    assert_eq!(conflict, Answer::Conflict);
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+    // Without the cache the table is asked, and it no longer knows the key.
+    let cold = uncached
+        .run(&o, None, |_| charger(&charges, &o))
+        .await
+        .unwrap();
+    assert!(matches!(cold, Answer::Ran(_)));
+}
+
+#[tokio::test]
+async fn an_event_without_a_key_never_runs_unguarded() {
+    let table = table("nokey").await;
+    let once = Idempotency::<Order>::key_path(table, "/customer_id");
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_10", 100);
+    let answer = once.run(&o, None, |_| charger(&charges, &o)).await;
+    assert!(matches!(answer, Err(Error::NoKey)));
+    assert_eq!(charges.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_prefix_keeps_two_functions_apart_in_one_table() {
+    let table = table("prefix").await;
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_11", 100);
+    for prefix in ["charge#", "email#"] {
+        let once = orders(table.clone()).prefix(prefix);
+        let answer = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+        assert!(matches!(answer, Answer::Ran(_)), "{prefix}: {answer:?}");
+    }
+    assert_eq!(charges.load(Ordering::SeqCst), 2);
+    assert!(table.get("email#ord_11").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_tower_layer_runs_a_lambda_handler_once_per_key() {
+    use tower::{Layer, Service, ServiceExt};
+    let table = table("layer").await;
+    let charges = Arc::new(AtomicUsize::new(0));
+    let inner = {
+        let charges = Arc::clone(&charges);
+        tower::service_fn(move |event: lambda_runtime::LambdaEvent<Order>| {
+            let charges = Arc::clone(&charges);
+            async move {
+                if event.payload.amount_minor < 0 {
+                    return Err("refused".to_owned());
+                }
+                let n = charges.fetch_add(1, Ordering::SeqCst) + 1;
+                Ok::<_, String>(format!("ch_{n}"))
+            }
+        })
+    };
+    let mut service = IdempotencyLayer::new(orders(table)).layer(inner);
+    let event = |o: Order| {
+        let mut context = lambda_runtime::Context::default();
+        context.deadline = u64::try_from(dynamo_claim::local_now_ms() + 30_000).unwrap();
+        lambda_runtime::LambdaEvent::new(o, context)
+    };
+    let o = order("ord_12", 100);
+    let first = service.ready().await.unwrap().call(event(o.clone())).await;
+    let second = service.ready().await.unwrap().call(event(o)).await;
+    assert_eq!(first.unwrap(), Answer::Ran("ch_1".to_owned()));
+    assert_eq!(second.unwrap(), Answer::Replayed("ch_1".to_owned()));
+    // A handler error keeps the claim: the retry within the invocation's time is in progress.
+    let bad = order("ord_13", -1);
+    let failed = service
+        .ready()
+        .await
+        .unwrap()
+        .call(event(bad.clone()))
+        .await;
+    assert!(matches!(failed, Err(Error::Handler(_))));
+    let retried = service.ready().await.unwrap().call(event(bad)).await;
+    assert!(
+        matches!(retried, Ok(Answer::InProgress { .. })),
+        "{retried:?}"
+    );
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}

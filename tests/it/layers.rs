@@ -198,3 +198,140 @@ fn the_circle_check_finds_a_circle_inside_a_layer() {
     let circle = a_circle(&graph).expect("the planted circle");
     assert!(circle.contains(&"payouts".to_owned()) && circle.contains(&"providers".to_owned()));
 }
+
+/// The workspace's crates, bottom first: a crate may depend only on crates below it.
+const CRATES: &[(&str, &str)] = &[("dynamo-claim", "crates/claim"), ("payhook", ".")];
+
+/// The workspace crates a manifest names, in any dependency table.
+fn workspace_deps(manifest: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut table = String::new();
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            table = line.to_owned();
+            continue;
+        }
+        if !table.contains("dependencies") {
+            continue;
+        }
+        let name = line.split(['=', ' ', '.']).next().unwrap_or_default();
+        if CRATES.iter().any(|(c, _)| *c == name) {
+            found.push(name.to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn crate_edges_point_down_only() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (at, (name, dir)) in CRATES.iter().enumerate() {
+        let manifest = root.join(dir).join("Cargo.toml");
+        for dep in workspace_deps(manifest.to_str().unwrap()) {
+            let below = CRATES[..at].iter().any(|(c, _)| *c == dep);
+            assert!(below, "{name} depends on {dep}, which is not below it");
+        }
+    }
+    // The claim crate names nothing of payhook, in its code or its tests and example.
+    for sub in ["src", "tests", "examples"] {
+        let mut files = Vec::new();
+        rust_files(&root.join("crates/claim").join(sub), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                !text.contains("payhook::"),
+                "{} names payhook",
+                file.display()
+            );
+        }
+    }
+    assert_eq!(
+        workspace_deps(root.join("Cargo.toml").to_str().unwrap()),
+        ["dynamo-claim"]
+    );
+}
+
+/// The claim crate's modules, bottom first.
+const CLAIM_LAYERS: &[&[&str]] = &[
+    &["error", "protocol"],
+    &["clock", "item", "cache"],
+    &["table"],
+    &["idempotent"],
+    &["lambda"],
+];
+
+/// Which of the claim crate's modules each of its modules uses: `crate::module` paths, and the
+/// names its lib.rs re-exports (`crate::{ClaimTable, …}` means `table`).
+fn claim_graph() -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/claim/src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let mut reexports = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let Some(rest) = stmt
+            .trim()
+            .rsplit("pub use ")
+            .next()
+            .filter(|_| stmt.contains("pub use "))
+        else {
+            continue;
+        };
+        let Some((module, names)) = rest.split_once("::") else {
+            continue;
+        };
+        for name in names.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !name.is_empty() {
+                reexports.insert(name.to_owned(), module.trim().to_owned());
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file).filter(|m| m != "lib") else {
+            continue;
+        };
+        let uses = graph.entry(module.clone()).or_default();
+        for line in std::fs::read_to_string(file).unwrap().lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for used in code.split("crate::").skip(1) {
+                let path: String = used
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || "_{}, ".contains(*c))
+                    .collect();
+                for name in path.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    let target = reexports
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| name.to_owned());
+                    if target != module && CLAIM_LAYERS.iter().any(|l| l.contains(&target.as_str()))
+                    {
+                        uses.insert(target);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_claim_crates_modules_point_down_and_make_no_circle() {
+    let graph = claim_graph();
+    let layer = |m: &str| CLAIM_LAYERS.iter().position(|l| l.contains(&m));
+    assert_eq!(graph.len(), 8, "every module of the crate read: {graph:?}");
+    for (module, uses) in &graph {
+        let own = layer(module).unwrap_or_else(|| panic!("{module} has no layer in CLAIM_LAYERS"));
+        for used in uses {
+            assert!(
+                layer(used).is_some_and(|l| l <= own),
+                "{module} (layer {own}) uses {used}, a layer above"
+            );
+        }
+    }
+    assert_eq!(a_circle(&graph), None);
+    // The re-exported names are followed: the table's use of `crate::{StoreClock, …}` counts.
+    assert!(graph["table"].contains("clock"), "{graph:?}");
+}

@@ -16,7 +16,8 @@
 //! - [`domain`]: money (minor units + ISO currency), keys, normalised events, payment states.
 //! - [`providers`]: one adapter per provider: verify the raw body, map it to a normalised event.
 //! - [`pipeline`]: claim -> payment transition -> ledger entry -> finalize -> log.
-//! - [`idempotency`]: the claim outcome enum and the pure decision over an existing claim.
+//! - [`idempotency`]: the `Claims` capability; the claim outcome enum and the pure decision over
+//!   an existing claim are the `dynamo_claim` crate's (crates/claim), re-exported.
 //! - [`payments`]: the payment state machine, and how a failed transition is judged (pure).
 //! - [`payouts`]: money out: payout ids, requests, states, the settlement rule, the store and
 //!   transfer capabilities (pure; the guard that keeps payouts from overdrawing is in
@@ -65,7 +66,7 @@
 //! is recorded when it is paid, a provider transaction is bound to the reference it was first
 //! keyed by, and the account credited is recorded on the payment. Nor does anything depend on a
 //! process's clock: leases, movement times and ledger checkpoints are in DynamoDB's own time,
-//! learnt from the `Date` of its answers ([`dynamodb::clock`]), so a takeover, a replay or a
+//! learnt from the `Date` of its answers ([`dynamo_claim::StoreClock`]), so a takeover, a replay or a
 //! balance read on a machine minutes off judges and writes the same times as every other.
 //!
 //! # Money out

@@ -80,7 +80,7 @@ def sched_cpu_ms(pid):
     return total / 1e6
 
 
-# --- deliveries: Standard Webhooks, as `payhook bench` sends them -------------------------------
+# --- deliveries: Standard Webhooks, as `payhook-tools bench` sends them -------------------------------
 
 def secret_key():
     s = os.environ["PAYHOOK_GENERIC_SECRETS"].split()[0]

@@ -1,12 +1,10 @@
 //! The `payhook` command line. Results go to stdout (JSON unless asked for a table), logs and
 //! progress to stderr, so `payhook balance X | jq` always works.
 
-pub mod bench;
-pub mod capacity;
 pub mod client;
 mod demo;
 pub mod payouts;
-mod progress;
+pub mod progress;
 pub mod table;
 /// Times as operators type them: the vocabulary's, shared with the console.
 pub(crate) use crate::domain::time;
@@ -121,12 +119,6 @@ pub enum Command {
         #[arg(long, default_value = "events/generic/payment_succeeded.json")]
         event: std::path::PathBuf,
     },
-    /// Load a payhook (loopback) with signed deliveries: p50/p99 latency and deliveries/s at
-    /// several concurrencies, all-new and 50%-duplicate traffic.
-    Bench(bench::BenchArgs),
-    /// The capacity model: write/read units per delivery, hottest partition keys at 10,000
-    /// deliveries/s and at 1,000 credits/s on one account, balance read cost, cost per million.
-    Capacity(capacity::CapacityArgs),
     /// The operator console: a web UI on a loopback address (prints its URL on stdout), over
     /// the configured DynamoDB, or over a deployed stack's read API with `--api`.
     Console {
@@ -267,7 +259,7 @@ pub enum CliError {
     Other(String),
 }
 
-pub(crate) fn print_json(value: &impl Serialize) -> Result<(), CliError> {
+pub fn print_json(value: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| CliError::Other(e.to_string()))?;
     println!("{text}");
     Ok(())
@@ -346,8 +338,6 @@ pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result
         Command::Reconcile { metrics } => reconcile(metrics, &config, store).await,
         Command::Replay(args) => replay_command(&args, &config, store).await,
         Command::Demo { url, event } => demo::run(&url, &event, &config, &store).await,
-        Command::Bench(args) => bench::run(args, config, store).await,
-        Command::Capacity(args) => capacity::run(args, config, store).await,
         Command::Console { addr, api, region } => console(addr, api, region, &config, store).await,
     }
 }

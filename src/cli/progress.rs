@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A bar of `total` steps labelled `label`, on stderr.
-pub(crate) fn bar(label: &str, total: u64) -> ProgressBar {
+pub fn bar(label: &str, total: u64) -> ProgressBar {
     // The template is a constant: it parses; the fallback only keeps this free of a panic path.
     let style = ProgressStyle::with_template("{prefix:<14} [{bar:30}] {pos}/{len} {elapsed}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())

@@ -5,7 +5,6 @@
 //! ask for the old item with `ReturnValuesOnConditionCheckFailure=ALL_OLD` (free on DynamoDB) and
 //! fall back to one consistent `GetItem` on servers that ignore it (dynalite).
 
-pub mod capacity;
 mod claims;
 mod disputes;
 mod events;

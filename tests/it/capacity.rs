@@ -1,4 +1,4 @@
-//! Scale, as structure: the capacity model (`payhook capacity`) on a small scenario against
+//! Scale, as structure: the capacity model (`payhook-tools capacity`) on a small scenario against
 //! dynalite: no index key shared by every delivery, write units per delivery within targets,
 //! indexes that never carry a body, and balance reads bounded by shards and recent entries, not
 //! by history.
@@ -7,13 +7,13 @@
 use crate::common;
 
 use common::*;
-use payhook::cli::capacity::{classes, scenario, Model};
 use payhook::domain::{AccountId, Currency, IdempotencyKey, Reference};
-use payhook::dynamodb::capacity::{CapacityRecorder, Totals};
 use payhook::dynamodb::schema::ALL;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{ClaimOutcome, Claims};
 use payhook::ledger::{Layout, Ledger, Posting};
+use payhook_tools::capacity::{classes, scenario, Model};
+use payhook_tools::recorder::{CapacityRecorder, Totals};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets() {
@@ -182,7 +182,7 @@ async fn a_large_redelivery_points_at_the_body_it_repeats_and_never_loses_one() 
     // GIVEN a 64 KB payment body, applied once
     let store = store("sharedbody").await;
     let app = app(store.clone(), 30_000);
-    let body = payhook::cli::capacity::body("evt_big", "pay_big", "w_big", 65_536);
+    let body = payhook_tools::capacity::body("evt_big", "pay_big", "w_big", 65_536);
     let first = send(&app, signed(&body)).await;
     assert_eq!(
         (first.status, first.replayed),

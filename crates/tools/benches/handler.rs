@@ -6,7 +6,7 @@
 //! (HTTP or the Lambda runtime, the SDK's five DynamoDB round trips, allocation, syscalls) is
 //! measured by benches/cpu.py (`scripts/bench`), about a hundred times this figure.
 //!
-//! `cargo bench --bench handler`. Target: the `handler/total` median under 50 µs.
+//! `cargo bench -p payhook-tools --bench handler`. Target: the `handler/total` median under 50 µs.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;

@@ -1,4 +1,4 @@
-//! `payhook capacity`: the capacity model you can run. It drives modelled workloads through the
+//! `payhook-tools capacity`: the capacity model you can run. It drives modelled workloads through the
 //! real router and pipeline against the configured DynamoDB (dynalite locally), with
 //! [`CapacityRecorder`] costing every request by DynamoDB's billing rules, and prints:
 //!
@@ -20,14 +20,14 @@ use clap::Args;
 use serde::Serialize;
 use tower::ServiceExt;
 
-use super::client::sign_headers;
-use super::CliError;
-use crate::config::Config;
-use crate::domain::{now_ms, AccountId, ProviderId};
-use crate::dynamodb::capacity::{CapacityRecorder, Costed, Totals};
-use crate::dynamodb::{DynamoStore, TableNames};
-use crate::http::App;
-use crate::ledger::{Layout, Ledger};
+use crate::recorder::{CapacityRecorder, Costed, Totals};
+use payhook::cli::client::sign_headers;
+use payhook::cli::CliError;
+use payhook::config::Config;
+use payhook::domain::{now_ms, AccountId, ProviderId};
+use payhook::dynamodb::{DynamoStore, TableNames};
+use payhook::http::App;
+use payhook::ledger::{Layout, Ledger};
 
 /// On-demand prices assumed (us-east-1, from November 2024): per million write / read request
 /// units. A GSI write is a write request unit like any other.
@@ -161,9 +161,9 @@ impl Model {
             tables,
             base.settings(),
         );
-        let mut app = crate::runtime::build_app(config, store.clone());
+        let mut app = payhook::runtime::build_app(config, store.clone());
         if let Some(a) = Arc::get_mut(&mut app) {
-            a.metrics = crate::metrics::MetricsSink::Off;
+            a.metrics = payhook::metrics::MetricsSink::Off;
         }
         let model = Model {
             store,
@@ -196,7 +196,7 @@ impl Model {
         let req = req
             .body(Body::from(body.to_owned()))
             .map_err(|e| CliError::Other(e.to_string()))?;
-        let res = crate::http::router(self.app.clone())
+        let res = payhook::http::router(self.app.clone())
             .oneshot(req)
             .await
             .map_err(|e| CliError::Other(e.to_string()))?;
@@ -221,7 +221,7 @@ pub fn body(event_id: &str, reference: &str, account: &str, bytes: usize) -> Str
     let base = format!(
         r#"{{"id":"{event_id}","type":"payment.succeeded","created":1764670000,"data":{{"reference":"{reference}","account":"{account}","amount":125000,"currency":"NGN","items":[]}}}}"#
     );
-    let mut rng = SplitMix(crate::ledger::fnv1a(reference));
+    let mut rng = SplitMix(payhook::ledger::fnv1a(reference));
     let words = [
         "shirt", "mug", "ticket", "plan", "bundle", "voucher", "sticker", "book", "lamp", "chair",
     ];
@@ -427,7 +427,7 @@ pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRe
     use futures::StreamExt;
     let account = AccountId::parse("acct_balance").map_err(|e| CliError::Other(e.to_string()))?;
     let currency =
-        crate::domain::Currency::parse("NGN").map_err(|e| CliError::Other(e.to_string()))?;
+        payhook::domain::Currency::parse("NGN").map_err(|e| CliError::Other(e.to_string()))?;
     let plain = DynamoStore::new(
         model.recorder.images().clone(),
         model.store.tables().clone(),
@@ -439,16 +439,17 @@ pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRe
         .map(|i| {
             let (plain, account) = (&plain, account.clone());
             async move {
-                let key =
-                    crate::domain::IdempotencyKey::from_stored(format!("generic:payment:bal_{i}"));
-                let posting = crate::ledger::Posting {
+                let key = payhook::domain::IdempotencyKey::from_stored(format!(
+                    "generic:payment:bal_{i}"
+                ));
+                let posting = payhook::ledger::Posting {
                     shard: layout.place(&key),
                     at_ms: Some(at + i64::try_from(i).unwrap_or(0)),
                     key,
                     account,
                     currency,
                     amount_minor: 100,
-                    reference: crate::domain::Reference::parse(&format!("bal_{i}"))
+                    reference: payhook::domain::Reference::parse(&format!("bal_{i}"))
                         .map_err(|e| CliError::Other(e.to_string()))?,
                     posted_at_ms: at,
                 };
@@ -475,7 +476,7 @@ pub async fn balance_read(model: &mut Model, entries: usize) -> Result<BalanceRe
     })
 }
 
-/// The Standard Webhooks secret the model signs its own deliveries with: `payhook capacity`
+/// The Standard Webhooks secret the model signs its own deliveries with: `payhook-tools capacity`
 /// works on fresh tables and needs no provider configured.
 const MODEL_SECRET: &str = "whsec_Y2FwYWNpdHktbW9kZWwtc2VjcmV0LWtleQ==";
 
@@ -530,7 +531,7 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
         prices,
     };
     if args.json {
-        return super::print_json(&report);
+        return payhook::cli::print_json(&report);
     }
     print_table(&report);
     Ok(())

@@ -1,4 +1,4 @@
-//! `payhook bench`: end-to-end load against a running payhook (`--url`, loopback only) or against
+//! `payhook-tools bench`: end-to-end load against a running payhook (`--url`, loopback only) or against
 //! the router served in this process, at several concurrencies, for all-new and 50%-duplicate
 //! traffic. Prints p50/p99 latency and deliveries per second as a table on stdout (or `--json`
 //! to compare commits), a progress bar on stderr (one line per cell when stderr is not a
@@ -21,12 +21,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 
-use super::client::sign_headers;
-use super::CliError;
-use crate::config::Config;
-use crate::domain::{now_ms, ProviderId};
-use crate::dynamodb::observe::RequestCounter;
-use crate::dynamodb::DynamoStore;
+use payhook::cli::client::sign_headers;
+use payhook::cli::CliError;
+use payhook::config::Config;
+use payhook::domain::{now_ms, ProviderId};
+use payhook::dynamodb::observe::RequestCounter;
+use payhook::dynamodb::DynamoStore;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -212,7 +212,7 @@ async fn drive(
     label: &str,
 ) -> (Vec<Sent>, Duration) {
     let total = events.len();
-    let bar = super::progress::bar(label, total as u64);
+    let bar = payhook::cli::progress::bar(label, total as u64);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency.max(1))
@@ -305,13 +305,13 @@ async fn in_process(
         store.settings(),
     );
     counted.create_tables().await?;
-    let mut app = crate::runtime::build_app(config, counted);
+    let mut app = payhook::runtime::build_app(config, counted);
     if let Some(app) = Arc::get_mut(&mut app) {
-        app.metrics = crate::metrics::MetricsSink::Off;
+        app.metrics = payhook::metrics::MetricsSink::Off;
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let router = crate::http::router(app);
+    let router = payhook::http::router(app);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, router).await {
             tracing::error!(error = %e, "bench server stopped");
@@ -369,7 +369,7 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
         rows,
     };
     if args.json {
-        return super::print_json(&report);
+        return payhook::cli::print_json(&report);
     }
     print_table(&report);
     Ok(())
@@ -379,7 +379,7 @@ pub async fn run(args: BenchArgs, config: Config, store: DynamoStore) -> Result<
 fn check_args(args: &BenchArgs, config: &Config) -> Result<(), CliError> {
     if config.providers().0.get(ProviderId::GENERIC).is_none() {
         return Err(CliError::Usage(
-            "payhook bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
+            "payhook-tools bench signs generic webhooks: set PAYHOOK_GENERIC_SECRETS".into(),
         ));
     }
     if args.requests == 0 || args.concurrency.iter().any(|c| *c == 0 || *c > 1_024) {
@@ -462,7 +462,7 @@ impl Bench {
 
 fn print_table(report: &Report<'_>) {
     println!(
-        "payhook bench against {} ({} deliveries per cell)",
+        "payhook-tools bench against {} ({} deliveries per cell)",
         report.target, report.requests_per_cell
     );
     let h = [

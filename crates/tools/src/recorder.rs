@@ -33,8 +33,8 @@ use aws_smithy_runtime_api::client::interceptors::context::Output;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use serde::Serialize;
 
-use super::item::Item;
-use super::schema::{IndexDef, TableDef, TableNames, ALL};
+use dynamo_claim::item::Item;
+use payhook::dynamodb::schema::{IndexDef, TableDef, TableNames, ALL};
 
 /// The size DynamoDB bills for an item: attribute names plus values.
 pub fn item_size(item: &Item) -> usize {
@@ -477,7 +477,7 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dynamodb::schema::{EVENTS, IDEMPOTENCY};
+    use payhook::dynamodb::schema::{EVENTS, IDEMPOTENCY};
 
     fn item(pairs: &[(&str, AttributeValue)]) -> Item {
         pairs

@@ -8,8 +8,8 @@
 //! dispute, recorded on its payment so it is listed there.
 
 use super::{
-    applied, conflict, contended, parked, retry_later, Applied, Parking, Pipeline, PipelineError,
-    Settled, Signed, Store, PARKED_RETRY_MS,
+    conflict, contended, parked, retry_later, Applied, Parking, Pipeline, PipelineError, Settled,
+    Signed, Store, PARKED_RETRY_MS,
 };
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
 use crate::eventlog::Outcome;
@@ -71,26 +71,16 @@ impl<S: Store> Pipeline<S> {
         };
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::dispute(key, facts, account, movement, signed);
-        if signed == 0 {
-            return Ok(Settled::Final(applied(&body, resumed)));
-        }
-        let posted = self
-            .post(
-                &payment,
-                key,
-                Signed::of(signed, facts.money.currency),
-                &facts.payment_reference,
-                resumed,
-            )
+        let amount = Signed::of(signed, facts.money.currency);
+        let reference = &facts.payment_reference;
+        let (settled, posted) = self
+            .finish(&payment, key, amount, reference, resumed, &body)
             .await?;
-        if movement == DisputeMovement::Withdrawal && posted == PostOutcome::Posted {
+        if movement == DisputeMovement::Withdrawal && posted == Some(PostOutcome::Posted) {
             self.report_below_zero(payment.account.as_ref(), facts, key)
                 .await;
         }
-        Ok(Settled::Final(applied(
-            &body,
-            resumed && posted == PostOutcome::AlreadyPosted,
-        )))
+        Ok(settled)
     }
 
     /// Says so (a warning log line, for the operator's alarm) when a withdrawal took the

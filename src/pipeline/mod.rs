@@ -553,16 +553,35 @@ impl<S: Store> Pipeline<S> {
         if self.take_parked(&payment).await? == parked::Taken::Contended {
             return Ok(Settled::NothingMoved(contended(key)));
         }
-        let signed = Signed::of(amount, p.money.currency);
-        let posted = self
-            .post(&payment, key, signed, &p.reference, resumed)
-            .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::payment(key, p, account);
-        Ok(Settled::Final(applied(
-            &body,
-            resumed && posted == PostOutcome::AlreadyPosted,
-        )))
+        let signed = Signed::of(amount, p.money.currency);
+        let (settled, _) = self
+            .finish(&payment, key, signed, &p.reference, resumed, &body)
+            .await?;
+        Ok(settled)
+    }
+
+    /// How every payment movement ends (credit, refund debit, reversal, dispute), once its own
+    /// write on the payment decided it (`resumed`: an earlier attempt under the key had made
+    /// that write): post `amount` (signed; nothing when it is zero) in the payment's shard under
+    /// the key, then answer applied, "already applied" only when the earlier attempt had made
+    /// both the write and the entry. What was posted, if anything, is returned beside.
+    async fn finish(
+        &self,
+        payment: &PaymentRecord,
+        key: &IdempotencyKey,
+        amount: Signed,
+        reference: &crate::domain::Reference,
+        resumed: bool,
+        body: &Applied<'_>,
+    ) -> Result<(Settled, Option<PostOutcome>), PipelineError> {
+        if amount.amount_minor == 0 {
+            return Ok((Settled::Final(applied(body, resumed)), None));
+        }
+        let posted = self.post(payment, key, amount, reference, resumed).await?;
+        let all_done_before = resumed && posted == PostOutcome::AlreadyPosted;
+        Ok((Settled::Final(applied(body, all_done_before)), Some(posted)))
     }
 
     /// Posts `amount_minor` (signed) for `payment` under `key`, in the payment's recorded shard.
@@ -665,22 +684,11 @@ impl<S: Store> Pipeline<S> {
         let debit = crate::payments::pairs::debit_of(&payment.history, key).unwrap_or(amount);
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::refund(key, r, account, amount).moved(debit);
-        if debit == 0 {
-            return Ok(Settled::Final(applied(&body, resumed)));
-        }
-        let posted = self
-            .post(
-                &payment,
-                key,
-                Signed::of(-debit, r.money.currency),
-                &r.payment_reference,
-                resumed,
-            )
+        let signed = Signed::of(-debit, r.money.currency);
+        let (settled, _) = self
+            .finish(&payment, key, signed, &r.payment_reference, resumed, &body)
             .await?;
-        Ok(Settled::Final(applied(
-            &body,
-            resumed && posted == PostOutcome::AlreadyPosted,
-        )))
+        Ok(settled)
     }
 
     /// A refund the provider reports failed: its debit is credited back once (under the
@@ -715,21 +723,13 @@ impl<S: Store> Pipeline<S> {
             ReversalOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
         let amount = r.money.amount.get();
-        let posted = self
-            .post(
-                &payment,
-                key,
-                Signed::of(amount, r.money.currency),
-                &r.payment_reference,
-                resumed,
-            )
-            .await?;
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::refund(key, r, account, amount);
-        Ok(Settled::Final(applied(
-            &body,
-            resumed && posted == PostOutcome::AlreadyPosted,
-        )))
+        let signed = Signed::of(amount, r.money.currency);
+        let (settled, _) = self
+            .finish(&payment, key, signed, &r.payment_reference, resumed, &body)
+            .await?;
+        Ok(settled)
     }
 }
 

@@ -583,7 +583,8 @@ fn every_table_in_the_schema_is_declared_as_the_code_uses_it() {
 
 // ------------------------------------------------------------------------------- IAM
 
-/// The DynamoDB calls the code makes on each table, read from `src/dynamodb/*.rs`: each
+/// The DynamoDB calls the code makes on each table, read from `src/dynamodb/*.rs` and the claim
+/// crate's table (`crates/claim/src/table.rs`, all on the idempotency table): each
 /// SDK call (`.put_item()`, `.query()`, …) and the `.table_name(…)` it is sent to, resolved to a
 /// role through `tables.<role>` directly or through a `let x = …tables.<role>…` binding. Calls
 /// whose table cannot be told are returned apart (they may be on any table).
@@ -664,6 +665,28 @@ fn code_calls() -> (
                     anywhere.insert(format!("dynamodb:{action}"));
                 }
             }
+        }
+    }
+    // The claim protocol's writes are the claim crate's (`ClaimTable`), which payhook builds on
+    // its idempotency table only: each call there is a call on that table. Its development
+    // helpers (`create_if_missing`, after the protocol) never run in payhook.
+    let adapter = std::fs::read_to_string(dir.join("claims.rs")).unwrap();
+    assert!(
+        adapter.contains("ClaimTable::with_clock(")
+            && adapter.contains("self.tables.idempotency.clone()"),
+        "payhook's ClaimTable is no longer built on tables.idempotency: teach this scanner"
+    );
+    let crate_table = std::fs::read_to_string(root().join("crates/claim/src/table.rs")).unwrap();
+    let protocol = crate_table
+        .split("pub async fn create_if_missing")
+        .next()
+        .unwrap();
+    for (call, action) in CALLS {
+        if protocol.contains(call) {
+            by_role
+                .entry("idempotency")
+                .or_default()
+                .insert(format!("dynamodb:{action}"));
         }
     }
     (by_role, anywhere, unresolved)

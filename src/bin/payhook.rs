@@ -47,20 +47,5 @@ fn main() -> ExitCode {
         Ok(rt) => rt.block_on(run()),
         Err(e) => Err(CliError::Other(format!("tokio runtime: {e}"))),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Usage(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::from(2)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {s}");
-                source = s.source();
-            }
-            ExitCode::FAILURE
-        }
-    }
+    cli::exit_code(result)
 }

@@ -299,6 +299,27 @@ impl EventsArgs {
     }
 }
 
+/// A command's exit: 0, 2 for a usage error, 1 for anything else, with the error and its
+/// causes on stderr (results went to stdout).
+pub fn exit_code(result: Result<(), CliError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(CliError::Usage(m)) => {
+            eprintln!("error: {m}");
+            std::process::ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs one command with clients built once by the binary.
 pub async fn run(command: Command, config: Config, store: DynamoStore) -> Result<(), CliError> {
     match command {

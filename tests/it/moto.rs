@@ -80,7 +80,8 @@ impl Drop for Moto {
     }
 }
 
-fn counted(counter: &RequestCounter, moto: &Moto, tables: TableNames) -> DynamoStore {
+/// A client on `moto` whose requests `counter` counts.
+fn counted_client(counter: &RequestCounter, moto: &Moto) -> aws_sdk_dynamodb::Client {
     let conf = aws_sdk_dynamodb::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(&moto.endpoint)
@@ -88,11 +89,11 @@ fn counted(counter: &RequestCounter, moto: &Moto, tables: TableNames) -> DynamoS
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
         .interceptor(counter.clone())
         .build();
-    DynamoStore::new(
-        aws_sdk_dynamodb::Client::from_conf(conf),
-        tables,
-        settings(),
-    )
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+fn counted(counter: &RequestCounter, moto: &Moto, tables: TableNames) -> DynamoStore {
+    DynamoStore::new(counted_client(counter, moto), tables, settings())
 }
 
 #[tokio::test]
@@ -175,14 +176,7 @@ async fn the_claim_crate_judges_payload_on_the_all_old_path_too() {
     // GIVEN the crate's table on moto, through a client that counts requests
     let moto = Moto::start();
     let counter = RequestCounter::new();
-    let conf = aws_sdk_dynamodb::config::Builder::new()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(&moto.endpoint)
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .interceptor(counter.clone())
-        .build();
-    let table = ClaimTable::new(&aws_sdk_dynamodb::Client::from_conf(conf), "crate-claims");
+    let table = ClaimTable::new(&counted_client(&counter, &moto), "crate-claims");
     table.create_if_missing().await.expect("create on moto");
     let once = Idempotency::<serde_json::Value>::key_path(table, "/order_id")
         .validate_path("/amount_minor");

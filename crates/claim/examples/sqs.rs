@@ -31,7 +31,7 @@ async fn handle(
     let mut response = SqsBatchResponse::default();
     for message in &event.payload.records {
         let answer = once
-            .run(message, Some(deadline), |_| charge(&message.body))
+            .run(message, deadline, |_| charge(&message.body))
             .await;
         if !matches!(answer, Ok(Answer::Ran(_) | Answer::Replayed(_))) {
             response.add_failure(message.message_id.clone().unwrap_or_default());
@@ -53,7 +53,10 @@ async fn main() -> Result<(), Error> {
 }
 
 /// The side effect (a payment provider's API in a real function). `Failed::Unknown` if the
-/// call's outcome is unknown: the claim is kept, never released for a blind retry.
+/// call's outcome is unknown: the claim is kept, never released for a blind retry. A retry that
+/// takes over (`Attempt::took_over`) must not charge blindly either: a real charge sends the
+/// order id as the provider's own idempotency key (Stripe's `Idempotency-Key`), so the
+/// provider answers a repeat with the first charge.
 async fn charge(order: &Order) -> Result<String, Failed<std::io::Error>> {
     let n = CHARGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
     eprintln!(

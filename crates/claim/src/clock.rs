@@ -58,6 +58,7 @@ struct Inner {
 
 impl StoreClock {
     /// A clock whose local reading is `skew_ms` off the true time (tests: a skewed machine).
+    #[doc(hidden)]
     pub fn with_local_skew_ms(skew_ms: i64) -> Self {
         let clock = StoreClock::default();
         clock.inner.local_skew_ms.store(skew_ms, Ordering::Relaxed);
@@ -65,6 +66,7 @@ impl StoreClock {
     }
 
     /// This process's own wall clock (skew included): what the server time is learned against.
+    #[doc(hidden)]
     pub fn local_ms(&self) -> i64 {
         local_now_ms().saturating_add(self.inner.local_skew_ms.load(Ordering::Relaxed))
     }
@@ -90,7 +92,7 @@ impl StoreClock {
         let Ok(server_ms) = server.to_millis() else {
             return;
         };
-        let bound = server_ms - self.local_ms();
+        let bound = server_ms.saturating_sub(self.local_ms());
         let inner = &self.inner;
         if !inner.known.load(Ordering::Acquire) {
             inner.offset_ms.store(bound, Ordering::Relaxed);

@@ -28,7 +28,8 @@ use crate::{ClaimTable, StoreError};
 pub enum Answer<R> {
     /// This attempt ran the handler; its value is stored for every duplicate.
     Ran(R),
-    /// An earlier attempt finished: its stored value, replayed. The handler did not run.
+    /// The stored value of the attempt that finished this key, replayed: the handler did not
+    /// run now, or ran in an attempt whose lease had run out and a successor's value stands.
     Replayed(R),
     /// Another attempt holds the key under a live lease: retry after this long.
     InProgress {
@@ -52,8 +53,10 @@ impl<R> Answer<R> {
 /// How a handler failed, which decides what happens to its claim.
 #[derive(Debug)]
 pub enum Failed<X> {
-    /// Nothing happened yet (a validation, a refusal before any effect): the claim is released,
-    /// conditioned on our ownership, and a retry runs the handler afresh.
+    /// This attempt did nothing (a validation, a refusal before any effect): the claim is
+    /// released, conditioned on our ownership, and a retry runs the handler afresh. After a
+    /// takeover an earlier attempt may have done something, so the claim is kept and only its
+    /// lease given up: the next attempt takes over at once, told so.
     Before(X),
     /// Something may have happened (a call that timed out, a crash half way). The claim stays
     /// IN_PROGRESS: no duplicate runs the handler until its lease runs out; then a retry takes
@@ -127,11 +130,33 @@ fn pointed(event: &impl Serialize, pointer: &str) -> Option<String> {
     }
 }
 
-/// SHA-256 of the JSON of `value`.
+/// SHA-256 of the canonical JSON of `value` (object keys sorted at every depth), so a map
+/// whose order differs between processes (a `HashMap` of headers or attributes) fingerprints
+/// the same in each.
 fn fingerprint_of(value: &impl Serialize) -> Option<Fingerprint> {
-    serde_json::to_vec(value)
+    let canonical = canonical(serde_json::to_value(value).ok()?);
+    serde_json::to_vec(&canonical)
         .ok()
         .map(|b| Fingerprint::of_bytes(&b))
+}
+
+/// `value` with every object's keys in sorted order (whatever order the map type keeps).
+fn canonical(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, canonical(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        other => other,
+    }
 }
 
 impl<E: Serialize + 'static> Idempotency<E> {
@@ -191,7 +216,8 @@ impl<E: Serialize + 'static> Idempotency<E> {
     }
 
     /// The lease of a call that is given no [`Deadline`] (60 s by default): how long a crashed
-    /// attempt holds its key before a retry may take over.
+    /// attempt holds its key before a retry may take over. Nothing renews it, so it must be
+    /// longer than the handler can run: a handler still running when it ends can be taken over.
     pub fn lease_ms(mut self, lease_ms: i64) -> Self {
         self.lease_ms = lease_ms.max(1);
         self
@@ -265,6 +291,12 @@ impl<E: Serialize + 'static> Idempotency<E> {
         };
         let value = match handler(Attempt { took_over }).await {
             Ok(value) => value,
+            // This attempt did nothing; after a takeover an earlier one may have, so the claim
+            // stays (its lease given up: the next attempt takes over at once, told so).
+            Err(Failed::Before(x)) if took_over => {
+                self.table.abandon(&key, &token).await?;
+                return Err(Error::Handler(x));
+            }
             Err(Failed::Before(x)) => {
                 self.table.release(&key, &token).await?;
                 return Err(Error::Handler(x));
@@ -280,9 +312,20 @@ impl<E: Serialize + 'static> Idempotency<E> {
                 self.remember(&key, &fingerprint, &stored);
                 Ok(Answer::Ran(value))
             }
-            // Our lease ran out and a successor finished first: its value is the one stored.
-            FinalizeOutcome::Superseded(Some(theirs)) => decode(&theirs).map(Answer::Replayed),
-            FinalizeOutcome::Superseded(None) => Ok(Answer::Ran(value)),
+            // Our lease ran out and a successor finished first: its value is the one stored, if
+            // it was for this payload.
+            FinalizeOutcome::Superseded(Some(theirs)) => {
+                let same = self.table.get(&key).await?.map(|c| c.fingerprint);
+                if same.as_ref() == Some(&fingerprint) {
+                    decode(&theirs).map(Answer::Replayed)
+                } else {
+                    Ok(Answer::Conflict)
+                }
+            }
+            // A successor holds the key and has not finished: it will store its own value.
+            FinalizeOutcome::Superseded(None) => Ok(Answer::InProgress {
+                retry_after_ms: 1_000,
+            }),
         }
     }
 
@@ -307,8 +350,10 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// A margin past the deadline for the runtime to stop the invocation.
-    const MARGIN_MS: i64 = 1_000;
+    /// A margin past the deadline: for the runtime to stop the invocation, and for the store's
+    /// clock as two processes read it (the `Date` header's whole second, a second of latency,
+    /// and the two seconds a clock may read ahead before an answer corrects it).
+    const MARGIN_MS: i64 = 5_000;
 
     /// `remaining_ms` from now.
     pub fn in_ms(remaining_ms: i64) -> Self {
@@ -317,12 +362,13 @@ impl Deadline {
         }
     }
 
-    /// The Lambda invocation's deadline.
+    /// The Lambda invocation's deadline; `None` when the context carries none (a zero
+    /// deadline: a default context, some emulators), so the call takes the configured lease.
     #[cfg(feature = "lambda")]
-    pub fn of(context: &lambda_runtime::Context) -> Self {
-        Deadline {
+    pub fn of(context: &lambda_runtime::Context) -> Option<Self> {
+        (context.deadline > 0).then(|| Deadline {
             at_local_ms: i64::try_from(context.deadline).unwrap_or(i64::MAX),
-        }
+        })
     }
 
     /// The lease a claim taken now should have.

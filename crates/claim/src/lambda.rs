@@ -4,6 +4,12 @@
 //!
 //! A handler error keeps the claim ([`Failed::Unknown`]): the layer cannot know that nothing
 //! happened. A handler that can tell uses [`Idempotency::run`] and says [`Failed::Before`].
+//!
+//! The function then returns an [`Answer`], so `InProgress` and `Conflict` reach Lambda as
+//! successful results (`{"in_progress":{…}}`): right for a synchronous caller that reads them,
+//! wrong for a trigger that retries only failures (SQS, an asynchronous invocation), which
+//! would drop the duplicate. For those, run [`Idempotency::run`] per record and report what is
+//! in progress as failed (`examples/sqs.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -80,7 +86,7 @@ where
             let deadline = Deadline::of(&event.context);
             let (key, fingerprint) = idempotency.identify(&event.payload).ok_or(Error::NoKey)?;
             idempotency
-                .run_as(key, fingerprint, Some(deadline), |_| async move {
+                .run_as(key, fingerprint, deadline, |_| async move {
                     inner.call(event).await.map_err(Failed::Unknown)
                 })
                 .await

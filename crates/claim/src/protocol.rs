@@ -96,9 +96,9 @@ pub enum ClaimState {
 /// What the caller of a claim ([`crate::ClaimTable::claim`]) must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// We own the key: perform the movement, then finalize with `token`. `took_over` says an
-    /// earlier attempt's lease expired first, so some steps may already be done (each step is
-    /// idempotent by the key, so running them again is safe and cheap).
+    /// We own the key: perform the effect, then finalize with `token`. `took_over` says an
+    /// earlier attempt's lease expired first, so some of its effect may already exist: the
+    /// caller's steps must find their own earlier work by the key (payhook's each are).
     Claimed {
         /// Finalize and release are conditioned on it.
         token: OwnerToken,
@@ -107,12 +107,12 @@ pub enum ClaimOutcome {
     },
     /// Already done: answer this, move nothing.
     Replay(StoredResponse),
-    /// Another attempt holds a live lease: answer retryable, move nothing.
+    /// Another attempt holds a live lease: answer "retry later", do nothing.
     InFlight {
         /// When the holder's lease runs out, from now.
         retry_after_ms: i64,
     },
-    /// The key was claimed for different money: answer 422, move nothing.
+    /// The key was claimed for another payload (other money): refuse, do nothing.
     Conflict {
         /// What the key was claimed for.
         stored_fingerprint: Fingerprint,

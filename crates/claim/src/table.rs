@@ -85,7 +85,8 @@ impl ClaimTable {
     }
 
     /// Claims through a `client` already feeding `clock` ([`StoreClock::attach`]), for a
-    /// service whose other tables share the client and the clock.
+    /// service whose other tables share the client and the clock. A client that does not feed
+    /// it leaves the clock on this process's own time: attach it.
     pub fn with_clock(client: Client, table: impl Into<String>, clock: StoreClock) -> Self {
         ClaimTable {
             client,
@@ -99,7 +100,7 @@ impl ClaimTable {
     /// How long a DONE claim is kept (its `expires_at_s` TTL): it must outlive every retry of the
     /// same key. Until DynamoDB's TTL removes it, it is replayed.
     pub fn retention_s(mut self, retention_s: i64) -> Self {
-        self.retention_s = retention_s;
+        self.retention_s = retention_s.max(0);
         self
     }
 
@@ -128,6 +129,11 @@ impl ClaimTable {
         fingerprint: &Fingerprint,
         lease_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
+        // A cold process knows no server time yet, and a lease written in a wrong local clock
+        // could be taken over while it lives: one read teaches the clock first.
+        if self.clock.server_now_ms().is_none() {
+            self.read(key).await?;
+        }
         let token = OwnerToken::generate();
         for _ in 0..CLAIM_ROUNDS {
             let existing = match self.put_claim(key, fingerprint, &token, lease_ms).await? {
@@ -225,9 +231,11 @@ impl ClaimTable {
         Ok(FinalizeOutcome::Superseded(stored))
     }
 
-    /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only for attempts
-    /// that surely did nothing; never after an effect whose outcome is unknown. Returns whether
-    /// it was ours to delete.
+    /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only when no
+    /// attempt did anything: after a takeover that means the caller judged it from what the
+    /// store holds (an attempt that only knows *it* did nothing abandons instead,
+    /// [`ClaimTable::abandon`]); never after an effect whose outcome is unknown. Returns whether
+    /// it was ours to delete (`false` too when the SDK resent a delete whose reply was lost).
     pub async fn release(&self, key: &str, token: &OwnerToken) -> Result<bool, StoreError> {
         let table = &*self.table;
         let result = self
@@ -336,6 +344,41 @@ impl ClaimTable {
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let old = match result {
+            Ok(_) => return Ok(true),
+            Err(e) => match condition_failed(e, "UpdateItem", table)? {
+                Some(old) => Some(old),
+                None => self.read(key).await?,
+            },
+        };
+        // Ours already: the SDK resent a takeover whose reply was lost. It is still a takeover
+        // (the caller must be told an earlier attempt came first).
+        Ok(old.is_some_and(|item| {
+            let r = Reader::new(&item, table);
+            r.opt_str("owner") == Some(token.as_str()) && r.opt_str("status") == Some(IN_PROGRESS)
+        }))
+    }
+
+    /// Gives an attempt's lease up without deleting the claim: for an attempt that took over
+    /// and did nothing itself, since an earlier attempt's effect may exist. The next attempt
+    /// takes over at once and is told `took_over`. Conditioned on `token` still owning it.
+    pub async fn abandon(&self, key: &str, token: &OwnerToken) -> Result<bool, StoreError> {
+        let table = &*self.table;
+        let result = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(key))
+            .update_expression("SET lease_expires_at_ms = :zero")
+            .condition_expression("#owner = :t AND #status = :inprog")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":t", s(token.as_str()))
+            .expression_attribute_values(":inprog", s(IN_PROGRESS))
+            .expression_attribute_values(":zero", n(0))
             .send()
             .await;
         match result {
@@ -435,7 +478,10 @@ impl ClaimTable {
                 .send()
                 .await
                 .map_err(|e| unavailable("DescribeTable", table, e))?;
-            let Some(desc) = out.table else { continue };
+            let Some(desc) = out.table else {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            };
             let indexes_active = desc
                 .global_secondary_indexes()
                 .iter()
@@ -445,10 +491,8 @@ impl ClaimTable {
             }
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
-        Err(StoreError::Contended {
-            table: table.to_owned(),
-            key: "the table is not ACTIVE after two minutes".into(),
-        })
+        let late = std::io::Error::other("the table is not ACTIVE after two minutes");
+        Err(unavailable("DescribeTable", table, late))
     }
 }
 

@@ -60,11 +60,10 @@ start_dynalite() {
   log "==> dynalite on $AWS_ENDPOINT_URL_DYNAMODB"
 }
 
-# The one build every script uses: `cargo test --workspace --all-targets` resolves features with the
-# dev-dependencies unified in, and a plain `cargo build` would not (a second build of tokio, the
-# SDK and everything above them, ~4 minutes on 2 cores). So scripts/dev, scripts/test and
-# scripts/invoke-samples all build this way, in whatever order they run, and share
-# target/debug/payhook.
+# The test build: `cargo test --workspace --all-targets`. scripts/dev builds only the payhook
+# binary, and that is the same build of every crate below it, because crates/workspace-hack pins
+# the features the tests' dev-dependencies would otherwise add (tests/it/layers.rs checks that
+# the two resolve alike); so whichever runs first, the other compiles only what it adds.
 build_all() {
   cargo test --locked --workspace --all-targets --no-run "$@"
 }

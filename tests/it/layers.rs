@@ -346,3 +346,66 @@ fn the_claim_crates_modules_point_down_and_make_no_circle() {
     // The re-exported names are followed: the table's use of `crate::{StoreClock, …}` counts.
     assert!(graph["table"].contains("clock"), "{graph:?}");
 }
+
+/// Each package with its features, as `cargo tree` resolves them for `args`.
+fn resolved(args: &[&str]) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "tree",
+            "--locked",
+            "--offline",
+            "--prefix",
+            "none",
+            "-f",
+            "{p} {f}",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut packages = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.replace(" (*)", "");
+        let mut parts = line.split(' ');
+        let (Some(name), Some(version)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let features: Vec<&str> = parts
+            .filter(|p| !p.starts_with('(') && !p.starts_with('/'))
+            .collect();
+        packages
+            .entry(format!("{name} {version}"))
+            .or_insert_with(std::collections::BTreeSet::new)
+            .insert(features.join(" "));
+    }
+    packages
+}
+
+/// `scripts/dev` builds only the payhook binary and `scripts/test` then builds every test: that
+/// is one build only while each package the binary needs resolves with the same features in
+/// both (crates/workspace-hack pins them). A new dev-dependency that turns a feature on below
+/// the binary fails here, before it makes a fresh clone compile the AWS SDK twice.
+#[test]
+fn the_demo_build_and_the_test_build_resolve_every_package_alike() {
+    let demo = resolved(&["-p", "payhook", "-e", "normal,build"]);
+    let tests = resolved(&["--workspace", "-e", "normal,dev,build"]);
+    assert!(demo.len() > 200, "read only {} packages", demo.len());
+    let differ: Vec<String> = demo
+        .iter()
+        .filter(|(package, features)| tests.get(*package).is_some_and(|f| f != *features))
+        .map(|(package, features)| {
+            format!("{package}: demo {features:?} tests {:?}", tests[package])
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "pin these in crates/workspace-hack/Cargo.toml:\n{}",
+        differ.join("\n")
+    );
+}

@@ -30,9 +30,7 @@ async fn handle(
     let deadline = Deadline::of(&event.context);
     let mut response = SqsBatchResponse::default();
     for message in &event.payload.records {
-        let answer = once
-            .run(message, deadline, |_| charge(&message.body))
-            .await;
+        let answer = once.run(message, deadline, |_| charge(&message.body)).await;
         if !matches!(answer, Ok(Answer::Ran(_) | Answer::Replayed(_))) {
             response.add_failure(message.message_id.clone().unwrap_or_default());
         }

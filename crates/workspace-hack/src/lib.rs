@@ -1,0 +1,1 @@
+//! Feature pins, no code: see this crate's Cargo.toml.

@@ -768,6 +768,50 @@ async fn a_write_the_sdk_retries_after_a_lost_reply_is_recognised_as_our_own() {
 }
 
 #[tokio::test]
+async fn a_takeover_the_sdk_resent_after_a_lost_reply_is_still_a_takeover() {
+    use dynamo_claim::{ClaimOutcome, ClaimTable, Fingerprint};
+    // GIVEN a claim whose holder died, its lease (1 ms) run out
+    let base = store("lostakeover").await;
+    let client =
+        aws_sdk_dynamodb::Client::from_conf(sdk_builder().interceptor(FaultInjector).build());
+    let claims = ClaimTable::new(&client, base.tables().idempotency.clone());
+    let fp = Fingerprint::new("facts");
+    let first = claims
+        .claim("generic:payment:p_lost", &fp, 1)
+        .await
+        .unwrap();
+    assert!(matches!(
+        first,
+        ClaimOutcome::Claimed {
+            took_over: false,
+            ..
+        }
+    ));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // WHEN the retry's takeover (its third call: the put, the read dynalite needs, the takeover)
+    // applies, loses its reply, and is sent again by the SDK
+    let inv = Invocation::new(Some((2, Fault::LostReplyRetried)));
+    let retry = invoke(
+        inv.clone(),
+        claims.claim("generic:payment:p_lost", &fp, 30_000),
+    )
+    .await;
+    // THEN the retry is told it took over (so its steps look for the earlier attempt's work),
+    // not handed the key as a fresh claim
+    assert!(inv.fired(), "the fault never fired");
+    assert!(
+        matches!(
+            retry,
+            Ok(ClaimOutcome::Claimed {
+                took_over: true,
+                ..
+            })
+        ),
+        "{retry:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_attempt_that_finds_every_step_done_says_already_applied() {
     // GIVEN an invocation that died after its ledger entry, before finalize
     let base = store("alreadyapplied").await;

@@ -1,5 +1,7 @@
 //! The error every store call gives: the claim table's, and (re-exported) every other table's
-//! of a service that builds on it, so one `?` carries them all.
+//! of a service that builds on it, so one `?` carries them all. The claim table itself gives
+//! only `Unavailable` and `Corrupt`; `Contended` and `ReadOnly` are for the stores built beside
+//! it (payhook's payout guard and its dry run).
 
 /// A store call that did not give an answer we can act on. Every variant is retryable from the
 /// provider's point of view (we answer 5xx): nothing was decided, or what was decided is

@@ -66,7 +66,18 @@ impl Claims for DynamoStore {
     }
 
     async fn get_claim(&self, key: &IdempotencyKey) -> Result<Option<ClaimRecord>, StoreError> {
-        self.claim_table_unsharded().get(key.as_str()).await
+        if let Some(claim) = self.claim_table_unsharded().get(key.as_str()).await? {
+            return Ok(Some(claim));
+        }
+        // A credit's claim may be held on its payment (#32).
+        let Some((provider, reference)) = credit_payment(key) else {
+            return Ok(None);
+        };
+        let payment = self.read_payment(provider, &reference).await?;
+        Ok(payment
+            .filter(|p| p.paid_key.as_ref() == Some(key))
+            .and_then(|p| p.claim)
+            .map(|c| c.record(key)))
     }
 
     async fn done_among(
@@ -103,6 +114,12 @@ impl Claims for DynamoStore {
                 done.insert(IdempotencyKey::from_stored(r.str("pk")?.to_owned()));
             }
         }
+        // Credits not done in the claims table may be done on their payment (#32).
+        let credits: Vec<&IdempotencyKey> = unique
+            .into_iter()
+            .filter(|k| !done.contains(*k) && credit_payment(k).is_some())
+            .collect();
+        done.extend(self.credits_done(&credits).await?);
         Ok(done)
     }
 
@@ -126,15 +143,90 @@ impl Claims for DynamoStore {
     }
 }
 
+/// The payment a credit's key is about (`{provider}:payment:{reference}`), if it is one.
+fn credit_payment(
+    key: &IdempotencyKey,
+) -> Option<(crate::domain::ProviderId, crate::domain::Reference)> {
+    if key.operation() != Some(crate::domain::Operation::Payment) {
+        return None;
+    }
+    let provider = key.provider()?;
+    let reference = key.as_str().splitn(3, ':').nth(2)?;
+    Some((provider, crate::domain::Reference::parse(reference).ok()?))
+}
+
 impl DynamoStore {
+    /// Of `keys` (credits), those whose claim held on their payment is DONE: one batched read.
+    async fn credits_done(
+        &self,
+        keys: &[&IdempotencyKey],
+    ) -> Result<Vec<IdempotencyKey>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = &self.tables.payments;
+        let items = keys
+            .iter()
+            .filter_map(|k| credit_payment(k))
+            .map(|(provider, reference)| {
+                std::collections::HashMap::from([(
+                    "pk".to_owned(),
+                    s(format!("{provider}#{reference}")),
+                )])
+            })
+            .collect();
+        let read = super::BatchRead {
+            projection: "paid_key, claim_state",
+            names: &[],
+            consistent: true,
+            rounds: 8,
+        };
+        let (items, unread) = self.batch_get(table, items, read).await?;
+        if !unread.is_empty() {
+            return Err(StoreError::Contended {
+                table: table.clone(),
+                key: "BatchGetItem unprocessed keys".into(),
+            });
+        }
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let r = Reader::new(item, table);
+                (r.opt_str("claim_state") == Some(DONE))
+                    .then(|| r.opt_str("paid_key"))
+                    .flatten()
+                    .map(|k| IdempotencyKey::from_stored(k.to_owned()))
+            })
+            .filter(|k| keys.contains(&k))
+            .collect())
+    }
+
     /// When the oldest claim still IN_PROGRESS was taken (from the sparse `open` index, every
     /// shard), if any. Every movement not yet in the ledger belongs to such a claim and is timed
     /// after it was taken, so a ledger checkpoint may roll up everything before this instant.
     pub(crate) async fn oldest_claim_created_ms(&self) -> Result<Option<i64>, StoreError> {
-        let table = self.tables.idempotency.clone();
+        let claims = self.tables.idempotency.clone();
+        let credits = self.tables.payments.clone();
+        // A credit whose claim is held on its payment (#32) and not yet DONE is listed under
+        // `POSTING`; its payment's creation is before its movement's time, so it bounds too.
+        let (claims, credits) = futures::future::try_join(
+            self.oldest_open_created_ms(claims, IN_PROGRESS),
+            self.oldest_open_created_ms(credits, super::payments::POSTING),
+        )
+        .await?;
+        Ok(claims.into_iter().chain(credits).min())
+    }
+
+    /// The oldest `created_at_ms` among `table`'s items listed under `prefix` in its sparse
+    /// `open` index (every shard, and the unsharded key).
+    async fn oldest_open_created_ms(
+        &self,
+        table: String,
+        prefix: &str,
+    ) -> Result<Option<i64>, StoreError> {
         let layout = crate::ledger::Ledger::layout(self).await?;
-        let keys = std::iter::once(IN_PROGRESS.to_owned())
-            .chain((0..layout.index_shards).map(|n| format!("{IN_PROGRESS}#{n}")));
+        let keys = std::iter::once(prefix.to_owned())
+            .chain((0..layout.index_shards).map(|n| format!("{prefix}#{n}")));
         let reads = keys.map(|key| {
             let table = table.clone();
             async move {
@@ -152,7 +244,7 @@ impl DynamoStore {
                 let mut oldest: Option<i64> = None;
                 while let Some(item) = pages.next().await {
                     let item = item.map_err(|e| unavailable("Query", &table, e))?;
-                    // Claims taken before `created_at_ms` was projected count as taken at 0.
+                    // Items listed before `created_at_ms` was projected count as made at 0.
                     let at = Reader::new(&item, &table)
                         .opt_num("created_at_ms")?
                         .unwrap_or(0);

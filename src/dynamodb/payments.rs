@@ -5,7 +5,12 @@
 //! `refundable_minor`, `refunded_minor`, `refund_keys` and `reversed_refund_keys` (string sets),
 //! `paid_key`, `ledger_shard`, `credit_at_ms`, `dispute_keys` (string set) and `disputed_minor`
 //! (disputes' movements, written by `disputes.rs`), `history` (list; a dispute's entries carry
-//! `amount_minor`), `open` (sparse index) while PENDING/PROCESSING.
+//! `amount_minor`), `open` (sparse index) while PENDING/PROCESSING, and while a credit's claim
+//! held on the payment is APPLYING (`POSTING#{shard}`).
+//!
+//! A credit's claim (#32), taken by the write that pays: `claim_state` APPLYING | DONE,
+//! `claim_owner`, `claim_lease_ms` (the store's time), `claim_fp` (the facts' fingerprint),
+//! `answer_status` + `answer_body` once DONE. The same protocol as the claims table.
 //!
 //! Transaction bindings share the table: `pk` = `{provider}:txn:{transaction id}`, `reference`
 //! (the provider name is followed by `:` there and by `#` in a payment's key, so they never meet).
@@ -17,10 +22,12 @@ use super::disputes::totals_condition;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 use super::DynamoStore;
 use crate::domain::{
-    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
-    RefundFacts, StateFacts,
+    AccountId, Currency, Fingerprint, IdempotencyKey, Money, PaymentFacts, PaymentStatus,
+    ProviderId, Reference, RefundFacts, StateFacts,
 };
+use crate::idempotency::{ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payments::parked::{Binding, ParkOutcome, ParkedDebit, TransactionPark};
+use crate::payments::HostClaim;
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
@@ -32,6 +39,51 @@ use crate::store::StoreError;
 /// round means another writer changed the payment, so the rounds only run out under a storm of
 /// concurrent refunds on one payment; the provider's retry then finishes it.
 pub(super) const WRITE_ROUNDS: usize = 32;
+
+/// A credit's claim on its payment, being applied / finished.
+const APPLYING: &str = "APPLYING";
+const DONE: &str = "DONE";
+/// The `open` index's key prefix of a credit whose claim is APPLYING.
+pub(super) const POSTING: &str = "POSTING";
+
+/// Whether `payment`'s credit claim is APPLYING under `token`.
+fn held_by(payment: Option<&PaymentRecord>, token: &OwnerToken) -> bool {
+    payment
+        .and_then(|p| p.claim.as_ref())
+        .is_some_and(|c| matches!(&c.state, ClaimState::InProgress { owner, .. } if owner == token))
+}
+
+/// Whether `payment`'s credit claim was last owned by `token` (the owner stays once DONE).
+fn old_owner_is(payment: Option<&PaymentRecord>, token: &OwnerToken) -> bool {
+    payment
+        .and_then(|p| p.claim.as_ref())
+        .is_some_and(|c| &c.owner == token)
+}
+
+/// The credit's claim held on a payment item, if it has one.
+fn host_claim(r: &Reader<'_>) -> Result<Option<HostClaim>, StoreError> {
+    let Some(state) = r.opt_str("claim_state") else {
+        return Ok(None);
+    };
+    let owner = OwnerToken::from_stored(r.str("claim_owner")?.to_owned());
+    let state = match state {
+        APPLYING => ClaimState::InProgress {
+            owner: owner.clone(),
+            lease_expires_at_ms: r.num("claim_lease_ms")?,
+        },
+        DONE => ClaimState::Done(StoredResponse {
+            status: u16::try_from(r.num("answer_status")?)
+                .map_err(|_| r.corrupt("answer_status out of range"))?,
+            body: r.str("answer_body")?.to_owned(),
+        }),
+        other => return Err(r.corrupt(format!("unknown claim_state {other}"))),
+    };
+    Ok(Some(HostClaim {
+        state,
+        fingerprint: Fingerprint::from_stored(r.str("claim_fp")?.to_owned()),
+        owner,
+    }))
+}
 
 pub(super) fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
     s(format!("{provider}#{reference}"))
@@ -126,6 +178,7 @@ pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, Store
             .map(|v| u32::try_from(v).map_err(|_| r.corrupt("ledger_shard out of range")))
             .transpose()?,
         credit_at_ms: r.opt_num("credit_at_ms")?,
+        claim: host_claim(&r)?,
         history,
         created_at_ms: r.opt_num("created_at_ms")?.unwrap_or(0),
         updated_at_ms: r.opt_num("updated_at_ms")?.unwrap_or(0),
@@ -319,6 +372,14 @@ impl DynamoStore {
         }
     }
 
+    /// An update of a payment's credit claim alone (names and values as each write needs).
+    fn claim_update(&self, provider: ProviderId, reference: &Reference) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.tables.payments)
+            .key("pk", pk(provider, reference))
+    }
+
     pub(super) fn payment_update(
         &self,
         provider: ProviderId,
@@ -374,13 +435,34 @@ impl DynamoStore {
             )
         };
         conds.insert(0, sources);
+        // The credit's claim, in the same write: nobody else holds it (`claim_state` absent),
+        // and the payment is listed under `POSTING#{shard}` until the claim is DONE.
+        let (update, open) = match new.claim {
+            Some(claim) => {
+                conds.push("attribute_not_exists(claim_state)".to_owned());
+                sets.push(
+                    "claim_state = :applying, claim_owner = :tok, claim_lease_ms = :lease, \
+                     claim_fp = :fp, #open = :posting",
+                );
+                let layout = crate::ledger::Ledger::placement_layout(self).await?;
+                let posting = format!("{POSTING}#{}", layout.index_shard(key.as_str()));
+                let update = update
+                    .expression_attribute_values(":applying", s(APPLYING))
+                    .expression_attribute_values(":tok", s(claim.token.as_str()))
+                    .expression_attribute_values(":lease", n(now.saturating_add(claim.lease_ms)))
+                    .expression_attribute_values(":fp", s(claim.fingerprint.as_str()))
+                    .expression_attribute_values(":posting", s(posting));
+                (update, "")
+            }
+            None => (update, " REMOVE #open"),
+        };
         let update = update
             .update_expression(format!(
                 "SET #status = :to, provider = :prov, #reference = :ref, {}, \
                  refundable_minor = :amt, refunded_minor = :zero, paid_key = :key, \
                  ledger_shard = if_not_exists(ledger_shard, :shard), credit_at_ms = :now, \
                  created_at_ms = if_not_exists(created_at_ms, :now), updated_at_ms = :now, \
-                 history = list_append(if_not_exists(history, :empty), :h) REMOVE #open",
+                 history = list_append(if_not_exists(history, :empty), :h){open}",
                 sets.join(", ")
             ))
             .condition_expression(conds.join(" AND "))
@@ -669,6 +751,86 @@ impl Payments for DynamoStore {
         Ok(PaidOutcome::Contended)
     }
 
+    async fn take_over_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let update = self
+            .claim_update(provider, reference)
+            .update_expression("SET claim_owner = :tok, claim_lease_ms = :lease")
+            .condition_expression(
+                "claim_owner = :prev AND claim_state = :applying AND claim_lease_ms <= :now",
+            )
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":prev", s(previous.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
+            .expression_attribute_values(":now", n(now));
+        Ok(
+            match self.conditional_update(update, provider, reference).await? {
+                Ok(_) => true,
+                // Ours already: the SDK resent a takeover whose reply was lost.
+                Err(old) => held_by(old.as_ref(), token),
+            },
+        )
+    }
+
+    async fn finalize_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let update = self
+            .claim_update(provider, reference)
+            .update_expression(
+                "SET claim_state = :done, answer_status = :as, answer_body = :ab REMOVE #open",
+            )
+            .condition_expression("claim_owner = :tok AND claim_state = :applying")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":done", s(DONE))
+            .expression_attribute_values(":as", n(i64::from(answer.status)))
+            .expression_attribute_values(":ab", s(answer.body.as_str()));
+        let old = match self.conditional_update(update, provider, reference).await? {
+            Ok(_) => return Ok(FinalizeOutcome::Done),
+            Err(old) => old,
+        };
+        let claim = old.as_ref().and_then(|p| p.claim.as_ref());
+        Ok(match claim.map(|c| &c.state) {
+            // DONE under our own token: the SDK resent our finalize after losing its reply.
+            Some(ClaimState::Done(_)) if old_owner_is(old.as_ref(), token) => FinalizeOutcome::Done,
+            Some(ClaimState::Done(stored)) => FinalizeOutcome::Superseded(Some(stored.clone())),
+            _ => FinalizeOutcome::Superseded(None),
+        })
+    }
+
+    async fn give_up_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        token: &OwnerToken,
+    ) -> Result<bool, StoreError> {
+        let update = self
+            .claim_update(provider, reference)
+            .update_expression("SET claim_lease_ms = :zero")
+            .condition_expression("claim_owner = :tok AND claim_state = :applying")
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":zero", n(0));
+        Ok(self
+            .conditional_update(update, provider, reference)
+            .await?
+            .is_ok())
+    }
+
     async fn move_state(
         &self,
         provider: ProviderId,
@@ -915,6 +1077,57 @@ impl Payments for DynamoStore {
     }
 
     /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
+    async fn stuck_credits(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<crate::idempotency::ClaimRecord>, StoreError> {
+        let table = self.tables.payments.clone();
+        // The index lists the payments (its projection has no claim fields): each is read
+        // whole, consistently, and judged by its claim's lease.
+        let listed = self
+            .read_open(
+                &table,
+                "updated_at_ms",
+                POSTING,
+                i64::MAX,
+                limit,
+                |item, t| Ok(Reader::new(item, t).str("pk")?.to_owned()),
+            )
+            .await?;
+        let keys = listed
+            .into_iter()
+            .map(|k| std::collections::HashMap::from([("pk".to_owned(), s(k))]))
+            .collect();
+        let read = super::BatchRead {
+            projection: "pk, provider, #reference, #status, paid_key, claim_state, claim_owner, \
+                         claim_lease_ms, claim_fp, answer_status, answer_body",
+            names: &[("#reference", "reference"), ("#status", "status")],
+            consistent: true,
+            rounds: 8,
+        };
+        let (items, _unread) = self.batch_get(&table, keys, read).await?;
+        let mut stuck = Vec::new();
+        for item in &items {
+            let r = Reader::new(item, &table);
+            let (Some(claim), Some(key)) = (host_claim(&r)?, r.opt_str("paid_key")) else {
+                continue;
+            };
+            let key = IdempotencyKey::from_stored(key.to_owned());
+            let record = claim.record(&key);
+            if let ClaimState::InProgress {
+                lease_expires_at_ms,
+                ..
+            } = &record.state
+            {
+                if *lease_expires_at_ms <= now_ms {
+                    stuck.push(record);
+                }
+            }
+        }
+        Ok(stuck)
+    }
+
     async fn open_payments(
         &self,
         status: PaymentStatus,

@@ -17,10 +17,42 @@ pub use disputes::{judge_dispute, DisputeJudgement, DisputeOutcome, DisputeView,
 use pairs::{PairGuard, Side};
 
 use crate::domain::{
-    AccountId, Currency, DisputeFacts, DisputeMovement, IdempotencyKey, Money, PaymentFacts,
-    PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
+    AccountId, Currency, DisputeFacts, DisputeMovement, Fingerprint, IdempotencyKey, Money,
+    PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
 };
+use crate::idempotency::{ClaimRecord, ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::store::StoreError;
+
+/// A payment credit's claim, held on the payment item itself (#32): the write that pays the
+/// payment is the one that claims its credit, so a new credit costs no claims-table writes. The
+/// same protocol as the claims table (`dynamo_claim`): an owner and a lease while APPLYING,
+/// the stored answer once DONE, the facts' fingerprint either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostClaim {
+    pub state: ClaimState,
+    pub fingerprint: Fingerprint,
+    /// The last owner, kept once DONE (a finalize the SDK resent knows its own DONE by it).
+    pub owner: OwnerToken,
+}
+
+impl HostClaim {
+    /// As a claim record of `key`, for the claim crate's one judge.
+    pub fn record(&self, key: &IdempotencyKey) -> ClaimRecord {
+        ClaimRecord {
+            key: key.to_string(),
+            state: self.state.clone(),
+            fingerprint: self.fingerprint.clone(),
+        }
+    }
+}
+
+/// The claim a first PAID write takes on the payment (see [`HostClaim`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewHostClaim<'a> {
+    pub token: &'a OwnerToken,
+    pub lease_ms: i64,
+    pub fingerprint: &'a Fingerprint,
+}
 
 /// A payment as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -51,6 +83,10 @@ pub struct PaymentRecord {
     pub ledger_shard: Option<u32>,
     /// When the credit was made (the write that made it PAID): its ledger entry's time.
     pub credit_at_ms: Option<i64>,
+    /// The credit's claim, when the write that paid it took one (payments paid before #32, or
+    /// through the claims table, have none).
+    #[serde(skip)]
+    pub claim: Option<HostClaim>,
     pub history: Vec<HistoryEntry>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -242,6 +278,7 @@ impl PaymentRecord {
             disputes: Vec::new(),
             ledger_shard: None,
             credit_at_ms: None,
+            claim: None,
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,
@@ -520,6 +557,8 @@ pub fn judge_reversal(
 pub struct NewCredit<'a> {
     pub shard: u32,
     pub default_account: Option<&'a AccountId>,
+    /// The credit's claim, taken in the same write (`None`: the claims table holds it).
+    pub claim: Option<NewHostClaim<'a>>,
 }
 
 /// The payment capability: each method is one conditional write (a recovery, refund or reversal
@@ -551,6 +590,41 @@ pub trait Payments: Sync {
         facts: &StateFacts,
         to: PaymentStatus,
     ) -> impl Future<Output = Result<StateOutcome, StoreError>> + Send;
+    /// Takes over a credit's claim on its payment from `previous`, whose lease ran out: one
+    /// `UpdateItem` conditioned on that owner, APPLYING, and the lease expired by the store's
+    /// clock. `true` also when the SDK resent our takeover after losing its reply.
+    fn take_over_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Marks a credit's claim DONE with `answer`, only if `token` still owns it (APPLYING).
+    fn finalize_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+    /// Credits whose claim on their payment is APPLYING with its lease run out before
+    /// `now_ms`, as claim records (keyed by the payment's `paid_key`), at most `limit`:
+    /// reconciliation resumes them (each is re-judged under a condition when it acts).
+    fn stuck_credits(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ClaimRecord>, StoreError>> + Send;
+    /// Gives a credit's lease up (the claim stays APPLYING; the next attempt takes over at
+    /// once), only if `token` owns it: an attempt that moved nothing after the paid write.
+    fn give_up_credit(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        token: &OwnerToken,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     fn refund(
         &self,
         provider: ProviderId,

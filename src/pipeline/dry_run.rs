@@ -260,6 +260,46 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
         )
     }
 
+    /// A dry run judges as if it took the claim: the takeover, the finalize and the giving up
+    /// of a credit's claim on its payment write nothing.
+    async fn take_over_credit(
+        &self,
+        _provider: ProviderId,
+        _reference: &Reference,
+        _previous: &OwnerToken,
+        _token: &OwnerToken,
+        _lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn finalize_credit(
+        &self,
+        _provider: ProviderId,
+        _reference: &Reference,
+        _token: &OwnerToken,
+        _answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        Ok(FinalizeOutcome::Done)
+    }
+
+    async fn stuck_credits(
+        &self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        self.inner.stuck_credits(now_ms, limit).await
+    }
+
+    async fn give_up_credit(
+        &self,
+        _provider: ProviderId,
+        _reference: &Reference,
+        _token: &OwnerToken,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
     async fn move_state(
         &self,
         provider: ProviderId,

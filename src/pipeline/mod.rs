@@ -3,6 +3,7 @@
 //! layer sends and the claim stores for replay.
 
 mod cancels;
+mod credits;
 mod disputes;
 pub mod dry_run;
 mod parked;
@@ -20,15 +21,25 @@ use crate::domain::{
     PaymentFacts, RefundFacts,
 };
 use crate::eventlog::{Delivery, DeliveryId, Details, EventLog, Outcome};
-use crate::idempotency::{ClaimOutcome, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
+use crate::idempotency::{
+    ClaimOutcome, ClaimState, Claims, FinalizeOutcome, OwnerToken, StoredResponse,
+};
 use crate::ledger::{movement_time, shard_of_payment, Ledger, PostOutcome, Posting};
 use crate::payments::{
-    Mismatch, NewCredit, PaidOutcome, PaymentRecord, Payments, RefundOutcome, ReversalOutcome,
-    StateOutcome,
+    Mismatch, NewCredit, PaymentRecord, Payments, RefundOutcome, ReversalOutcome, StateOutcome,
 };
 use crate::payouts::Payouts;
 use crate::providers::orders::OrderKeys;
 use crate::store::StoreError;
+
+/// Event type of the deliveries reconciliation logs when it resumes a claim the claims table
+/// holds: their body is the claim's facts, not a provider payload. Such a resume goes through
+/// the claims table, which holds the claim it must finish.
+pub const RESUME_EVENT_TYPE: &str = "reconcile.resume";
+
+/// Event type of the deliveries reconciliation logs when it resumes a credit whose claim is held
+/// on its payment ([`credits`]); the body is the claim's facts too.
+pub const RESUME_CREDIT_EVENT_TYPE: &str = "reconcile.resume_credit";
 
 /// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
 /// store: the four capabilities, shareable across tasks.
@@ -416,6 +427,16 @@ impl<S: Store> Pipeline<S> {
             (Some(k), Some(facts)) => (k, facts.fingerprint()),
             _ => return Ok(ignored(ev)),
         };
+        // A payment's credit claims on its payment (`credits`), unless reconciliation resumes a
+        // claim the claims table holds (it must finish that claim).
+        if let EventKind::PaymentSucceeded(p) = &ev.kind {
+            if ev.event_type != RESUME_EVENT_TYPE {
+                let on_payment = self.credit_on_payment(ev, p, &key, &fingerprint, lease_ms);
+                if let Some(answer) = on_payment.await? {
+                    return Ok(answer);
+                }
+            }
+        }
         let (token, took_over) = match self.store.claim(&key, &fingerprint, lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
@@ -425,22 +446,9 @@ impl<S: Store> Pipeline<S> {
             }
             ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
             ClaimOutcome::InFlight { retry_after_ms } => {
-                let mut p = Problem::new(
-                    "in_flight",
-                    "this operation is being processed; retry later",
-                    Some(&key),
-                );
-                p.retry_after_s = Some(seconds_ceil(retry_after_ms));
-                return Ok(Answer::json(409, &p, Outcome::InFlight).retry_after(retry_after_ms));
+                return Ok(in_flight(&key, retry_after_ms))
             }
-            ClaimOutcome::Conflict { .. } => {
-                let p = Problem::new(
-                    "reference_conflict",
-                    "this reference was already used for a different amount, currency or account",
-                    Some(&key),
-                );
-                return Ok(Answer::json(422, &p, Outcome::Conflict));
-            }
+            ClaimOutcome::Conflict { .. } => return Ok(reference_conflict(&key)),
         };
         let settled = self.apply(ev, &key).await?;
         let mut answer = self.settle(&key, &token, settled).await?;
@@ -502,6 +510,9 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
+    /// A credit through the claims table (a payment paid before credits were claimed on the
+    /// payment, or a claims-table claim reconciliation resumes). A credit claimed on its payment
+    /// ([`credits`]) is that claim's to finish: met here, it is answered from it.
     async fn credit(
         &self,
         ev: &NormalisedEvent,
@@ -514,50 +525,37 @@ impl<S: Store> Pipeline<S> {
         let new = NewCredit {
             shard: layout.place(key),
             default_account: self.default_account.as_ref(),
+            claim: None,
         };
-        let (payment, resumed) = match self.store.mark_paid(ev.provider, p, key, new).await? {
-            PaidOutcome::Applied(rec) => (rec, false),
-            PaidOutcome::AlreadyApplied(rec) => (rec, true),
-            PaidOutcome::Mismatch(m, _) => {
-                return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
-            }
-            PaidOutcome::NotPayable(rec) => {
-                let why = format!(
-                    "payment is {} under another key; it needs a human",
-                    rec.status
-                );
-                return Ok(Settled::NothingMoved(refused(
-                    key,
-                    "payment_not_payable",
-                    why,
-                )));
-            }
-            // Acknowledged so the provider stops retrying; applicable later by a replay.
-            PaidOutcome::Unassigned(_) => {
-                let body = Unassigned {
-                    status: "unassigned",
-                    key: key.as_str(),
-                    reference: p.reference.as_str(),
-                };
-                return Ok(Settled::NothingMoved(Answer::json(
-                    200,
-                    &body,
-                    Outcome::Unassigned,
-                )));
-            }
-            PaidOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
+        let outcome = self.store.mark_paid(ev.provider, p, key, new).await?;
+        let (payment, resumed) = match credits::paid_or_refused(outcome, key, p) {
+            Ok(paid) => paid,
+            Err(answer) => return Ok(Settled::NothingMoved(answer)),
         };
-        let amount = p.money.amount.get();
-        // Money the provider already took back from this payment leaves first: nothing of
-        // the credit is spendable before the debits it carries (`parked`).
-        if self.take_parked(&payment).await? == parked::Taken::Contended {
+        match payment.claim.as_ref().map(|c| &c.state) {
+            Some(ClaimState::Done(stored)) => Ok(Settled::Final(Answer::replay(stored.clone()))),
+            Some(ClaimState::InProgress { .. }) => Ok(Settled::NothingMoved(in_flight(key, 1_000))),
+            None => self.credit_tail(&payment, p, key, resumed).await,
+        }
+    }
+
+    /// What every credit does after its paid write: the debits parked on the payment leave
+    /// first (nothing of the credit is spendable before them), then the credit is posted.
+    async fn credit_tail(
+        &self,
+        payment: &PaymentRecord,
+        p: &PaymentFacts,
+        key: &IdempotencyKey,
+        resumed: bool,
+    ) -> Result<Settled, PipelineError> {
+        if self.take_parked(payment).await? == parked::Taken::Contended {
             return Ok(Settled::NothingMoved(contended(key)));
         }
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::payment(key, p, account);
-        let signed = Signed::of(amount, p.money.currency);
+        let signed = Signed::of(p.money.amount.get(), p.money.currency);
         let (settled, _) = self
-            .finish(&payment, key, signed, &p.reference, resumed, &body)
+            .finish(payment, key, signed, &p.reference, resumed, &body)
             .await?;
         Ok(settled)
     }
@@ -849,6 +847,27 @@ fn refused(key: &IdempotencyKey, error: &str, message: String) -> Answer {
         &Problem::new(error, message, Some(key)),
         Outcome::Conflict,
     )
+}
+
+/// Another attempt holds the key's claim under a live lease: 409 with `Retry-After`.
+fn in_flight(key: &IdempotencyKey, retry_after_ms: i64) -> Answer {
+    let mut p = Problem::new(
+        "in_flight",
+        "this operation is being processed; retry later",
+        Some(key),
+    );
+    p.retry_after_s = Some(seconds_ceil(retry_after_ms));
+    Answer::json(409, &p, Outcome::InFlight).retry_after(retry_after_ms)
+}
+
+/// The key was claimed for other facts: 422, nothing moves.
+fn reference_conflict(key: &IdempotencyKey) -> Answer {
+    let p = Problem::new(
+        "reference_conflict",
+        "this reference was already used for a different amount, currency or account",
+        Some(key),
+    );
+    Answer::json(422, &p, Outcome::Conflict)
 }
 
 fn conflict(key: Option<&IdempotencyKey>, m: &Mismatch) -> Answer {

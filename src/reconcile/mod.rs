@@ -41,7 +41,7 @@ use crate::eventlog::{Delivery, LogFilter, Outcome};
 use crate::payments::PaymentRecord;
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
-use crate::replay::{event_of, redrive, RESUME_EVENT_TYPE};
+use crate::replay::{event_of, redrive, RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE};
 use crate::store::StoreError;
 
 pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth};
@@ -288,10 +288,16 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
         budget: Budget,
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
-        for claim in store
-            .stuck_claims(self.pipeline.store().now_ms(), self.settings.max_items)
-            .await?
-        {
+        let now_ms = store.now_ms();
+        // Claims the claims table holds, resumed through it; then credits whose claim is held
+        // on their payment (#32), resumed through the payment.
+        let claims = store.stuck_claims(now_ms, self.settings.max_items).await?;
+        let credits = store.stuck_credits(now_ms, self.settings.max_items).await?;
+        let stuck = claims
+            .into_iter()
+            .map(|c| (c, RESUME_EVENT_TYPE))
+            .chain(credits.into_iter().map(|c| (c, RESUME_CREDIT_EVENT_TYPE)));
+        for (claim, event_type) in stuck {
             if budget.spent() {
                 report.deferred.push("stuck_claims");
                 break;
@@ -317,7 +323,7 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
             let event = NormalisedEvent {
                 provider,
                 event_id: format!("resume:{}", claim.key),
-                event_type: RESUME_EVENT_TYPE.into(),
+                event_type: event_type.into(),
                 kind,
                 transaction_id: None,
             };

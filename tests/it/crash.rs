@@ -17,7 +17,7 @@ use payhook::domain::{
 };
 use payhook::dynamodb::DynamoStore;
 use payhook::http::App;
-use payhook::idempotency::{ClaimOutcome, ClaimState, Claims, FinalizeOutcome, StoredResponse};
+use payhook::idempotency::{ClaimState, Claims, FinalizeOutcome, StoredResponse};
 use payhook::ledger::{Ledger, PostOutcome, Posting};
 use payhook::payments::{ExpectedPayment, Payments};
 use payhook::pipeline::Pipeline;
@@ -59,17 +59,23 @@ async fn until_settled(app: &Arc<App<DynamoStore>>, body: &str, tries: usize) ->
     None
 }
 
+/// Claims in progress: the claims table's, and credits' claims held on their payments (#32).
 async fn in_progress_claims(store: &DynamoStore) -> usize {
-    scan(store, &store.tables().idempotency.clone())
-        .await
+    let has = |i: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+               name: &str,
+               value: &str| {
+        i.get(name).and_then(|v| v.as_s().ok()).map(String::as_str) == Some(value)
+    };
+    let claims = scan(store, &store.tables().idempotency.clone()).await;
+    let payments = scan(store, &store.tables().payments.clone()).await;
+    claims
         .iter()
-        .filter(|i| {
-            i.get("status")
-                .and_then(|v| v.as_s().ok())
-                .map(String::as_str)
-                == Some("IN_PROGRESS")
-        })
+        .filter(|i| has(i, "status", "IN_PROGRESS"))
         .count()
+        + payments
+            .iter()
+            .filter(|i| has(i, "claim_state", "APPLYING"))
+            .count()
 }
 
 fn reconciler<'a>(
@@ -92,9 +98,10 @@ fn reconciler<'a>(
 
 #[tokio::test]
 async fn a_fault_at_any_write_is_finished_by_the_retry_and_never_applied_twice() {
-    // The five calls of a new event: claim, payment transition, ledger entry, finalize, log.
+    // The four calls of a new event (#32): payment transition with its credit's claim, ledger
+    // entry, the claim DONE, log.
     let (store, app) = faulty("faults").await;
-    for step in 0..5 {
+    for step in 0..4 {
         for fault in ALL_FAULTS {
             // GIVEN a delivery whose invocation meets `fault` at call `step`
             let r = format!("f{step}_{fault:?}");
@@ -180,7 +187,8 @@ async fn a_fault_anywhere_in_a_credit_that_takes_a_parked_refund_never_spends_or
 
 #[tokio::test]
 async fn a_zombie_cannot_overwrite_its_successor() {
-    // GIVEN invocation A claimed with a short lease and stalled mid-flight
+    // GIVEN invocation A paid the payment, claiming its credit on it with a short lease, and
+    // stalled mid-flight (#32: a credit's claim lives on its payment)
     let store = store("zombie").await;
     let app = app(store.clone(), 30_000);
     let body = payment_body("e_z", "pay_z", "w_z", 900, "NGN");
@@ -189,9 +197,28 @@ async fn a_zombie_cannot_overwrite_its_successor() {
         r#"{"op":"payment","reference":"pay_z","account":"w_z","amount":900,"currency":"NGN"}"#
             .into(),
     );
-    let ClaimOutcome::Claimed { token: a, .. } = store.claim(&key, &fp, 50).await.unwrap() else {
-        panic!("A must win")
+    let ev = payhook::domain::ClaimedFacts::parse_kind(&fp).unwrap();
+    let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else {
+        panic!()
     };
+    let a = payhook::idempotency::OwnerToken::generate();
+    let first = payhook::payments::NewCredit {
+        shard: 0,
+        default_account: None,
+        claim: Some(payhook::payments::NewHostClaim {
+            token: &a,
+            lease_ms: 50,
+            fingerprint: &fp,
+        }),
+    };
+    let won = store
+        .mark_paid(ProviderId::GENERIC, &facts, &key, first)
+        .await
+        .unwrap();
+    assert!(
+        matches!(won, payhook::payments::PaidOutcome::Applied(_)),
+        "A must win"
+    );
     tokio::time::sleep(Duration::from_millis(80)).await;
 
     // WHEN B (a redelivery) takes over the expired lease and completes
@@ -199,13 +226,10 @@ async fn a_zombie_cannot_overwrite_its_successor() {
     assert_eq!((b.status, b.replayed), (200, false), "{}", b.body);
 
     // AND A wakes up, resumes its steps and tries to finalize with its own answer
-    let ev = payhook::domain::ClaimedFacts::parse_kind(&fp).unwrap();
-    let payhook::domain::EventKind::PaymentSucceeded(facts) = ev else {
-        panic!()
-    };
     let new = payhook::payments::NewCredit {
         shard: 0,
         default_account: None,
+        claim: None,
     };
     let payhook::payments::PaidOutcome::AlreadyApplied(paid) = store
         .mark_paid(ProviderId::GENERIC, &facts, &key, new)
@@ -238,7 +262,11 @@ async fn a_zombie_cannot_overwrite_its_successor() {
         status: 200,
         body: "{\"zombie\":true}".into(),
     };
-    let outcome = store.finalize(&key, &a, &zombie).await.unwrap();
+    let reference = &facts.reference;
+    let outcome = store
+        .finalize_credit(ProviderId::GENERIC, reference, &a, &zombie)
+        .await
+        .unwrap();
 
     // THEN A's write is rejected and the stored response is B's
     assert_eq!(
@@ -249,8 +277,11 @@ async fn a_zombie_cannot_overwrite_its_successor() {
         }))
     );
     assert!(
-        !store.release(&key, &a).await.unwrap(),
-        "a zombie must not release its successor's claim"
+        !store
+            .give_up_credit(ProviderId::GENERIC, reference, &a)
+            .await
+            .unwrap(),
+        "a zombie must not give up its successor's claim"
     );
     let again = send(&app, signed(&body)).await;
     assert_eq!(
@@ -516,11 +547,14 @@ async fn reconciliation_asks_the_provider_about_open_payments_and_applies_its_an
 
 #[tokio::test]
 async fn reconciliation_resumes_stuck_claims_and_redrives_failed_deliveries() {
-    // GIVEN one invocation that died right after its payment transition (claim stuck), and one
-    // whose payment write failed (claim stuck, delivery logged as failed)
+    // GIVEN one invocation that died right after its payment transition (its credit's claim,
+    // held on the payment, stuck), and one whose ledger write failed (claim stuck, delivery
+    // logged as failed)
     let (store, app) = faulty("resume").await;
     let crashed = payment_body("e_crash", "pay_crash", "w_res", 111, "NGN");
     let failed = payment_body("e_fail", "pay_fail", "w_res", 222, "NGN");
+    // The first delivery's calls: the stored layout (read once per process) 0, the paid write
+    // with its credit's claim 1; the second's: the paid write 0, the ledger entry 1.
     let r1 = invoke(
         Invocation::new(Some((1, Fault::CrashAfter))),
         send(&app, signed(&crashed)),

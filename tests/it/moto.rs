@@ -1,6 +1,6 @@
 //! Requests per delivery against moto, a DynamoDB emulator that (like DynamoDB, unlike dynalite)
 //! returns the existing item (`ALL_OLD`) when a condition fails: there a duplicate costs exactly
-//! its claim `PutItem` and its log `PutItem`, and no read.
+//! its failed claiming write and its log `PutItem`, and no read.
 //!
 //! moto is not atomic under concurrency, so its server runs single-threaded here and the
 //! deliveries are sent one after the other. Needs `moto[dynamodb]` and `flask` (requirements-dev.txt,
@@ -124,22 +124,23 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
     // WHEN a new event is delivered
     let first = send(&app, signed(&body)).await;
 
-    // THEN it applies with claim + payment + ledger + finalize + log: 5 writes, 0 reads
+    // THEN it applies with payment + its credit's claim, ledger, the claim DONE, log: 4 writes,
+    // 0 reads (#32)
     assert_eq!(first.status, 200, "{}", first.body);
     assert!(!first.replayed);
     let new_event = counter.snapshot();
     eprintln!("new event on moto: {new_event:?}");
     assert_eq!(
         counter.get("PutItem"),
-        3,
-        "claim, ledger entry, log: {new_event:?}"
+        2,
+        "ledger entry, log: {new_event:?}"
     );
     assert_eq!(
         counter.get("UpdateItem"),
         2,
-        "payment transition, finalize: {new_event:?}"
+        "payment transition with the claim, the claim DONE: {new_event:?}"
     );
-    assert_eq!((counter.writes(), counter.reads()), (5, 0), "{new_event:?}");
+    assert_eq!((counter.writes(), counter.reads()), (4, 0), "{new_event:?}");
 
     // WHEN the same event is redelivered, then the same movement comes under another event id
     for again in [
@@ -150,13 +151,15 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
         let dup = send(&app, signed(&again)).await;
 
         // THEN the stored answer is replayed byte for byte, decided from the ALL_OLD item of the
-        // failed claim: the claim PutItem and the log PutItem, and nothing else
+        // failed paid write (the claim is on the payment): that UpdateItem and the log PutItem,
+        // and nothing else
         assert_eq!(dup.status, 200, "{}", dup.body);
         assert!(dup.replayed, "{dup:?}");
         assert_eq!(dup.body, first.body);
         let counts = counter.snapshot();
         eprintln!("duplicate on moto: {counts:?}");
-        assert_eq!(counter.get("PutItem"), 2, "claim + log: {counts:?}");
+        assert_eq!(counter.get("UpdateItem"), 1, "paid write: {counts:?}");
+        assert_eq!(counter.get("PutItem"), 1, "log: {counts:?}");
         assert_eq!(
             counter.get("GetItem"),
             0,

@@ -47,7 +47,8 @@ use std::collections::HashMap;
 use payhook::domain::{IdempotencyKey, ProviderId, Reference};
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::eventlog::{EventLog, LogFilter, Outcome};
-use payhook::idempotency::{ClaimOutcome, Claims};
+use payhook::idempotency::{ClaimOutcome, Claims, StoredResponse};
+use payhook::payments::Payments;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -178,11 +179,18 @@ use futures::StreamExt;
 
 #[tokio::test]
 async fn duplicate_claim_falls_back_to_a_consistent_get_when_no_item_is_returned() {
-    // GIVEN a claimed-and-finalized key, and a client that counts requests
+    // GIVEN a claimed-and-finalized key in the claims table, and a client that counts requests
     let base = store("fallback").await;
-    let app = app(base.clone(), 30_000);
-    let body = payment_body("evt_fb", "pay_fb", "wallet_fb", 500, "NGN");
-    assert_eq!(send(&app, signed(&body)).await.status, 200);
+    let key = IdempotencyKey::from_stored("generic:refund:re_fb".into());
+    let fp = payhook::domain::Fingerprint::from_stored(r#"{"op":"refund"}"#.into());
+    let ClaimOutcome::Claimed { token, .. } = base.claim(&key, &fp, 30_000).await.unwrap() else {
+        panic!("a fresh key is claimed")
+    };
+    let answer = StoredResponse {
+        status: 200,
+        body: "{}".into(),
+    };
+    base.finalize(&key, &token, &answer).await.unwrap();
     let counter = RequestCounter::new();
     let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
     // A process reads the stored layout once (claims are placed in the index by it).
@@ -190,10 +198,6 @@ async fn duplicate_claim_falls_back_to_a_consistent_get_when_no_item_is_returned
     counter.reset();
 
     // WHEN the same key is claimed again
-    let key = IdempotencyKey::from_stored("generic:payment:pay_fb".into());
-    let fp = payhook::domain::Fingerprint::from_stored(
-        r#"{"op":"payment","reference":"pay_fb","account":"wallet_fb","amount":500,"currency":"NGN"}"#.into(),
-    );
     let outcome = counted.claim(&key, &fp, 30_000).await.unwrap();
 
     // THEN dynalite returned no ALL_OLD item, so exactly one consistent GetItem decided: replay
@@ -207,7 +211,7 @@ async fn duplicate_claim_falls_back_to_a_consistent_get_when_no_item_is_returned
 }
 
 #[tokio::test]
-async fn a_new_event_costs_five_writes_and_no_read() {
+async fn a_new_payment_costs_four_writes_and_no_read() {
     let base = store("cost").await;
     let counter = RequestCounter::new();
     let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
@@ -227,9 +231,33 @@ async fn a_new_event_costs_five_writes_and_no_read() {
     )
     .await;
     assert_eq!(r.status, 200);
-    // claim, payment transition, ledger entry, finalize, log
-    assert_eq!(counter.writes(), 5, "{:?}", counter.snapshot());
+    // payment transition + its credit's claim, ledger entry, the claim DONE, log (#32)
+    assert_eq!(counter.writes(), 4, "{:?}", counter.snapshot());
+    assert_eq!(counter.get("UpdateItem"), 2, "{:?}", counter.snapshot());
+    assert_eq!(counter.get("PutItem"), 2, "{:?}", counter.snapshot());
     assert_eq!(counter.reads(), 0, "{:?}", counter.snapshot());
+
+    // AND a duplicate costs its failed paid write, the read dynalite needs for want of an
+    // ALL_OLD image, and its log entry; it is answered the stored body byte for byte
+    counter.reset();
+    let dup = send(
+        &app,
+        signed(&payment_body("evt_c2", "pay_c", "wallet_c", 10, "NGN")),
+    )
+    .await;
+    assert!(dup.replayed, "{dup:?}");
+    assert_eq!(dup.body, r.body);
+    assert_eq!(
+        (
+            counter.get("UpdateItem"),
+            counter.get("GetItem"),
+            counter.get("PutItem")
+        ),
+        (1, 1, 1),
+        "{:?}",
+        counter.snapshot()
+    );
+    assert_eq!(balance_of(&base, "wallet_c").await, (20, 2));
 }
 
 /// Records the headers of every request as it leaves (after signing).
@@ -324,12 +352,37 @@ async fn same_reference_with_other_money_is_a_conflict_that_moves_nothing() {
 
 #[tokio::test]
 async fn a_key_in_flight_gets_409_with_retry_after() {
-    // GIVEN another invocation holds the claim with a live lease
+    // GIVEN another invocation paid the payment and holds its credit's claim with a live lease
+    // (its first write done, its ledger entry not yet)
     let store = store("inflight").await;
     let app = app(store.clone(), 30_000);
     let key = IdempotencyKey::from_stored("generic:payment:pay_if".into());
-    let held = store.claim(&key, &payhook::domain::Fingerprint::from_stored(r#"{"op":"payment","reference":"pay_if","account":"w_if","amount":10,"currency":"NGN"}"#.into()), 60_000).await.unwrap();
-    assert!(matches!(held, ClaimOutcome::Claimed { .. }));
+    let facts = payhook::domain::ClaimedFacts::parse_kind(&payhook::domain::Fingerprint::from_stored(
+        r#"{"op":"payment","reference":"pay_if","account":"w_if","amount":10,"currency":"NGN"}"#.into(),
+    ));
+    let Ok(payhook::domain::EventKind::PaymentSucceeded(facts)) = facts else {
+        panic!("payment facts")
+    };
+    let fp = payhook::domain::ClaimedFacts::of(&payhook::domain::EventKind::PaymentSucceeded(
+        facts.clone(),
+    ))
+    .unwrap()
+    .fingerprint();
+    let token = payhook::idempotency::OwnerToken::generate();
+    let new = payhook::payments::NewCredit {
+        shard: 0,
+        default_account: None,
+        claim: Some(payhook::payments::NewHostClaim {
+            token: &token,
+            lease_ms: 60_000,
+            fingerprint: &fp,
+        }),
+    };
+    let held = store
+        .mark_paid(payhook::domain::ProviderId::GENERIC, &facts, &key, new)
+        .await
+        .unwrap();
+    assert!(matches!(held, payhook::payments::PaidOutcome::Applied(_)));
 
     // WHEN the provider delivers
     let r = send(

@@ -80,6 +80,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             disputes: Vec::new(),
             ledger_shard: Some(0),
             credit_at_ms: Some(0),
+            claim: None,
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,

@@ -836,3 +836,63 @@ async fn razorpay_is_asked_with_basic_auth_and_its_captured_payment_credits_once
         (Some(50_000), 1)
     );
 }
+
+#[tokio::test]
+async fn a_credit_claim_the_previous_release_left_in_the_claims_table_is_finished_there_once() {
+    use payhook::idempotency::{ClaimOutcome, ClaimState, Claims};
+    // GIVEN a credit claimed in the claims table by the previous release (before #32 moved a
+    // credit's claim onto its payment), whose invocation died before paying
+    let store = store("rc_legacy").await;
+    let key = payhook::domain::IdempotencyKey::from_stored("generic:payment:pay_old".into());
+    let kind = payhook::domain::EventKind::PaymentSucceeded(payhook::domain::PaymentFacts {
+        reference: Reference::parse("pay_old").unwrap(),
+        account: Some(AccountId::parse("w_old").unwrap()),
+        money: Money::new(450, ngn()).unwrap(),
+    });
+    let fp = payhook::domain::ClaimedFacts::of(&kind)
+        .unwrap()
+        .fingerprint();
+    let held = store.claim(&key, &fp, 1).await.unwrap();
+    assert!(matches!(held, ClaimOutcome::Claimed { .. }));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    // WHEN a reconciliation pass runs, and then the provider redelivers the payment
+    let (providers, _) = config().providers();
+    let report = pass(
+        &store,
+        &providers,
+        &api("http://127.0.0.1:9", 300),
+        settings(),
+    )
+    .await;
+    let app = app(store.clone(), 30_000);
+    let again = send(
+        &app,
+        signed(&payment_body("e_old", "pay_old", "w_old", 450, "NGN")),
+    )
+    .await;
+
+    // THEN the claims table's claim is finished there (DONE), the payment carries no claim of
+    // its own, the money moved once, and the redelivery is answered from the claims table
+    let resumed: Vec<_> = report
+        .completed
+        .iter()
+        .filter(|f| f.kind == "stuck_claim")
+        .collect();
+    assert_eq!(resumed.len(), 1, "{report:?}");
+    let claim = store.get_claim(&key).await.unwrap().unwrap();
+    assert!(matches!(claim.state, ClaimState::Done(_)), "{claim:?}");
+    let paid = store
+        .payment(ProviderId::GENERIC, &Reference::parse("pay_old").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(paid.claim, None);
+    assert_eq!(balance(&store, "w_old").await, (450, 1));
+    assert_eq!(
+        (again.status, again.replayed),
+        (200, true),
+        "{}",
+        again.body
+    );
+}

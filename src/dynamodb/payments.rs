@@ -736,6 +736,11 @@ impl Payments for DynamoStore {
         key: &IdempotencyKey,
         new: NewCredit<'_>,
     ) -> Result<PaidOutcome, StoreError> {
+        // A credit claimed on its payment: this is the first write of its money movement, so
+        // never on tables that cannot referee it (as a claims-table claim, `dynamodb::regions`).
+        if new.claim.is_some() {
+            self.replication_allows().await?;
+        }
         let mut recover = false;
         for _ in 0..WRITE_ROUNDS {
             let old = match self.paid_write(provider, facts, key, new, recover).await? {

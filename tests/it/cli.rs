@@ -265,6 +265,32 @@ async fn doctor_and_the_first_claim_refuse_eventually_consistent_replicas() {
         .map(ToString::to_string)
         .unwrap_or_default();
     assert!(why.contains("last writer wins"), "{err:?}");
+    // AND so is a credit's claim held on its payment, taken by the paid write (#32)
+    use payhook::payments::{NewCredit, NewHostClaim, Payments};
+    let facts = payhook::domain::PaymentFacts {
+        reference: payhook::domain::Reference::parse("pay_gate").unwrap(),
+        account: Some(payhook::domain::AccountId::parse("w_gate").unwrap()),
+        money: payhook::domain::Money::new(100, payhook::domain::Currency::parse("NGN").unwrap())
+            .unwrap(),
+    };
+    let token = payhook::idempotency::OwnerToken::generate();
+    let new = NewCredit {
+        shard: 0,
+        default_account: None,
+        claim: Some(NewHostClaim {
+            token: &token,
+            lease_ms: 30_000,
+            fingerprint: &fp,
+        }),
+    };
+    let paid = gated
+        .mark_paid(payhook::domain::ProviderId::GENERIC, &facts, &key, new)
+        .await;
+    let err = paid.expect_err("a credit's claim on eventual replicas");
+    let why = std::error::Error::source(&err)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(why.contains("last writer wins"), "{err:?}");
 }
 
 /// The audit lines (`payhook::audit`) a command wrote to stderr, as JSON.

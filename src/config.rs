@@ -31,7 +31,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("PAYHOOK_PAYOUT_UNRESOLVED_AFTER_S", "payouts: a payout not settled this long after it was opened is listed as needing a person (reconciliation, `payhook payouts list --unsettled`, the PayoutsUnresolved alarm; default 86400)"),
     ("PAYHOOK_GENERIC_TRANSFER_VISIBILITY_MS", "payouts: how long after a send the generic sender may still not show the transfer to GET /transfers/{reference} (default 60000); recorded on each send"),
     ("PAYHOOK_PAYOUT_MAX_MINOR", "payouts: the largest payout accepted, in minor units of its currency (default 100000000: 1,000,000.00 of a two-decimal currency)"),
-    ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; well inside API Gateway's 29 s)"),
+    ("PAYHOOK_PROVIDER_TIMEOUT_MS", "payouts: how long one transfer call or question to a provider may take (default 5000; at most 23000: with the lease, less the store clock's second and capped at 25 s for API Gateway, it must leave 1 s before the call and 1 s after it, or a process that pays out refuses to start)"),
     ("PAYHOOK_SECRETS_REFRESH_S", "how often provider secrets read from Secrets Manager (the *_ARN variables) are read again (default 300); a signature no known secret verifies also reads them again, at most every 30 s"),
     ("PAYHOOK_SECRET_PREVIOUS_GRACE_S", "how long a signing secret's AWSPREVIOUS version still verifies after the AWSCURRENT version that demoted it was created, by Secrets Manager's CreatedDate (default 3600; 0: never); removing the AWSPREVIOUS label ends it at the next refresh (docs/deploy.md, revoking a leaked secret)"),
     ("PAYHOOK_RECONCILE_PENDING_AFTER_S", "reconciliation: ask about PENDING/PROCESSING payments untouched this long (default 900)"),
@@ -59,6 +59,9 @@ pub enum ConfigError {
         value: String,
         reason: &'static str,
     },
+    /// Payouts are configured, and no transfer call could ever start under these times.
+    #[error("payouts: {0}")]
+    NoCallFits(String),
 }
 
 #[derive(Clone)]
@@ -240,6 +243,28 @@ impl Config {
             secret_source: None,
             source_allowlists,
         })
+    }
+
+    /// Refuses a configuration under which this process would reserve payouts and never send
+    /// one: when it can call a transfer API, its longest lease must fit a call
+    /// ([`crate::payouts::calls::call_fits`]). Inside Lambda the lease is the invocation's
+    /// (bounded by `PAYHOOK_MAX_LEASE_MS`; tests/it/template.rs holds each function's timeout
+    /// to the same rule); outside it is `PAYHOOK_LEASE_MS`, bounded the same way.
+    pub fn check_payout_timing(&self, in_lambda: bool) -> Result<(), ConfigError> {
+        let pays_out = self
+            .api_endpoints
+            .iter()
+            .any(|e| crate::providers::def(e.provider).is_some_and(|d| d.transfers.is_some()));
+        if !pays_out {
+            return Ok(());
+        }
+        let lease_ms = if in_lambda {
+            self.max_lease_ms
+        } else {
+            self.lease_ms.min(self.max_lease_ms)
+        };
+        crate::payouts::calls::call_fits(lease_ms, self.provider_timeout_ms)
+            .map_err(ConfigError::NoCallFits)
     }
 
     /// The EventBridge doors whose partner event source is set.

@@ -161,17 +161,11 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
 
 /// The payout routes' provider client (the providers whose API key is set) and access.
 pub fn payout_service(config: &Config, access: PayoutAccess) -> Option<PayoutService> {
-    // A call starts only if the lease (less the store clock's second) outlasts it and the
-    // writes after it: say so at start rather than leave every payout reserved.
-    let lease_ms = config.lease_ms.min(config.max_lease_ms);
-    let needed_ms = config.provider_timeout_ms + crate::payouts::calls::FINISH_MS + 1_000;
-    if lease_ms < needed_ms {
-        tracing::warn!(
-            lease_ms,
-            provider_timeout_ms = config.provider_timeout_ms,
-            needed_ms,
-            "PAYHOOK_LEASE_MS is too short for one provider call: payouts will stay reserved until a process with a longer lease looks at them"
-        );
+    // A process that could reserve and never send serves no payouts (503), whatever start
+    // path built it; the binaries refuse to start on the same check first.
+    if let Err(e) = config.check_payout_timing(in_lambda()) {
+        tracing::error!(error = %e, "payouts off: no transfer call could start");
+        return None;
     }
     let timeout = std::time::Duration::from_millis(
         u64::try_from(config.provider_timeout_ms).unwrap_or(5_000),
@@ -261,6 +255,10 @@ pub fn ops<S: Store>(config: &Config, store: S) -> Result<Ops<S>, std::io::Error
     for (p, e) in problems {
         tracing::error!(provider = %p, error = %e, "provider refused: its stored events cannot be replayed");
     }
+    // Reconciliation resolves payouts with its own lease: it must fit a call too.
+    config
+        .check_payout_timing(false)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let mut settings = reconcile::ReconcileSettings::from_policy(
         config.reconcile,
         config.lease_ms.min(config.max_lease_ms),

@@ -12,6 +12,8 @@ async fn run() -> Result<(), CliError> {
     // Provider secrets named by `*_ARN` variables, from Secrets Manager (never the environment).
     let config = payhook::runtime::read_secrets(config).await;
     if payhook::runtime::in_lambda() {
+        // A function that would reserve payouts and never send one does not start.
+        config.check_payout_timing(true)?;
         let store = payhook::runtime::dynamo_store(&config).await;
         // Off the path to ready: the first claim waits for the verdict (dynamodb::regions), so
         // no cold start pays DescribeTable and no money moves on eventual replicas.

@@ -709,6 +709,8 @@ async fn serve(
     config: Config,
     store: DynamoStore,
 ) -> Result<(), CliError> {
+    // A server that would reserve payouts and never send one does not start.
+    config.check_payout_timing(false)?;
     let access = serve_read_access(addr, read_api, &config)?;
     let gated = store.clone();
     let mut app = crate::runtime::build_app(&config, store);

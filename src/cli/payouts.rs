@@ -64,6 +64,8 @@ pub async fn run(
             destination,
             narration,
         } => {
+            // As `payhook serve`: no payout is reserved where no call could send it.
+            config.check_payout_timing(false)?;
             let destination: serde_json::Value =
                 usage("--destination", serde_json::from_str(&destination))?;
             let body = json!({"provider": provider, "account": account, "amount": amount,

@@ -420,6 +420,28 @@ pub struct TransferFacts {
     /// The money the word names, when it names any: a word moves a payout only if it names the
     /// payout's own amount and currency. Not part of the claim's fingerprint (the word is).
     pub money: Option<Money>,
+    /// The recipient the word names, when it names one: a word moves a payout only if it names
+    /// the payout's own recipient. Not part of the claim's fingerprint either.
+    pub recipient: Option<Recipient>,
+}
+
+/// Who a transfer word says the money went to, in the terms of the payout's destination: the
+/// destination field it is compared with (`recipient` for Paystack, `account` for Stripe,
+/// `account_number` for Flutterwave) and the value the provider reported. Shared by the
+/// providers (which read it) and payouts (which judge it), so it lives below both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipient {
+    pub field: &'static str,
+    pub value: String,
+}
+
+impl Recipient {
+    pub fn new(field: &'static str, value: impl Into<String>) -> Self {
+        Recipient {
+            field,
+            value: value.into(),
+        }
+    }
 }
 
 /// See [`EventKind::DisputeUnpriced`].
@@ -820,6 +842,7 @@ impl ClaimedFacts {
                 state,
                 provider_status: state.as_str().to_owned(),
                 money: None,
+                recipient: None,
             }),
         })
     }

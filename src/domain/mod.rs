@@ -8,8 +8,8 @@ pub mod time;
 
 pub use event::{
     AccountId, ClaimedFacts, DisputeFacts, DisputeMovement, EventKind, Fingerprint, IdempotencyKey,
-    NormalisedEvent, Operation, PaymentFacts, ProviderId, Reference, RefundFacts, StateFacts,
-    TextError, TransferFacts, TransferState, UnpricedDispute, UnpricedRefund,
+    NormalisedEvent, Operation, PaymentFacts, ProviderId, Recipient, Reference, RefundFacts,
+    StateFacts, TextError, TransferFacts, TransferState, UnpricedDispute, UnpricedRefund,
 };
 pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;

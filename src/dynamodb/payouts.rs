@@ -101,6 +101,7 @@ fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
         ambiguous: matches!(item.get("ambiguous"), Some(AttributeValue::Bool(true))),
         accepted: matches!(item.get("accepted"), Some(AttributeValue::Bool(true))),
         refused: r.opt_str("refused").map(str::to_owned),
+        conflict: r.opt_str("conflict").map(str::to_owned),
         // Absent on payouts sent by the release before fences: no fence (its calls were bounded
         // by 5 s and are long over, or still run under the old code's own rules), and the
         // longest window any provider has, from the payout's last write: decided by what is
@@ -440,10 +441,12 @@ impl Payouts for DynamoStore {
                     "SET payout_status = :sent, sends = :next, ambiguous = :t, call_until_ms = :until, \
                      absent_after_ms = :absent, call_holder = :holder, updated_at_ms = :now REMOVE refused",
                 )
-                // Never again once the provider has the transfer; one send per `sends` seen.
+                // Never again once the provider has the transfer, or has shown something else
+                // under the reference; one send per `sends` seen.
                 .condition_expression(format!(
                     "payout_status IN (:reserved, :sent) AND sends = :seen \
-                     AND (attribute_not_exists(accepted) OR accepted = :f) AND {free}"
+                     AND (attribute_not_exists(accepted) OR accepted = :f) \
+                     AND attribute_not_exists(conflict) AND {free}"
                 ))
                 .expression_attribute_values(":reserved", s(PayoutStatus::Reserved.as_str()))
                 .expression_attribute_values(":seen", n(i64::from(t.seen_sends)))
@@ -507,6 +510,25 @@ impl Payouts for DynamoStore {
         if note.accepted || note.refused {
             update = update.expression_attribute_values(":f", AttributeValue::Bool(false));
         }
+        match update.send().await {
+            Ok(_) => Ok(()),
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),
+        }
+    }
+
+    async fn note_conflict(&self, id: &PayoutId, reason: &str) -> Result<(), StoreError> {
+        let table = &self.tables.payments;
+        // Not `updated_at_ms`: a conflict is no progress, and reconciliation's "untouched
+        // since" must keep asking about the payout.
+        let update = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(payout_pk(id)))
+            .update_expression("SET conflict = :c")
+            .condition_expression("attribute_exists(pk)")
+            // Bounded: the reason quotes the provider's words.
+            .expression_attribute_values(":c", s(reason.chars().take(500).collect::<String>()));
         match update.send().await {
             Ok(_) => Ok(()),
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| ()),

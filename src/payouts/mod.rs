@@ -30,7 +30,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{
-    AccountId, Currency, IdempotencyKey, Money, Operation, ProviderId, Reference, TransferState,
+    AccountId, Currency, IdempotencyKey, Money, Operation, ProviderId, Recipient, Reference,
+    TransferState,
 };
 use crate::store::StoreError;
 
@@ -358,9 +359,16 @@ pub struct PayoutRecord {
     pub ambiguous: bool,
     /// The provider has said it has the transfer: a lookup that then finds nothing is its lag.
     pub accepted: bool,
-    /// The provider refused the last send (a 4xx), as it worded it: asked about once, then failed.
+    /// The provider refused the last send (a 4xx), as it worded it: asked about once, then
+    /// failed if it was the first send (a refused resend may be refused for the first send's
+    /// sake: it waits for a person).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// A word of the payout's own provider about its reference that named other money or
+    /// another recipient: it moved nothing, and the payout waits for a person (never sent
+    /// again: the reference is the provider's record of something else).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
     /// No call for this reference may start before this store time (see [`calls`]).
     pub call_until_ms: i64,
     /// From this store time a lookup that finds nothing proves the last send never arrived.
@@ -485,11 +493,13 @@ pub enum SettleOutcome {
     Unknown,
 }
 
-/// Who says a word about a payout, and what money it names (when it names any).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who says a word about a payout, and what money and recipient it names (when it names
+/// them): a webhook, the answer to a send, a lookup's answer alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WordOrigin {
     pub provider: ProviderId,
     pub money: Option<Money>,
+    pub recipient: Option<Recipient>,
 }
 
 /// What a provider's word does to a payout, judged from the payout as it is (`None`: no
@@ -545,8 +555,14 @@ pub fn judge_settle(
     }
 }
 
-/// A word moves only the payout it is about: one from the payout's own provider, naming its
-/// amount and currency when it names money. `Some(reason)` when it is not.
+/// **The one judge of a provider's word about a transfer**, whatever carried it (a webhook,
+/// the answer to a send, a lookup's answer): a word moves only the payout it is about: one
+/// from the payout's own provider, naming its amount and currency when it names money, and
+/// its recipient when it names one. `Some(reason)` when it is not.
+///
+/// A recipient is compared with the destination field the provider's adapter names
+/// ([`Recipient::field`]); a destination without that field (a corridor described another
+/// way) cannot be compared, and the money check still stands.
 pub fn foreign(record: &PayoutRecord, origin: &WordOrigin) -> Option<String> {
     if origin.provider != record.provider {
         return Some(format!(
@@ -554,18 +570,33 @@ pub fn foreign(record: &PayoutRecord, origin: &WordOrigin) -> Option<String> {
             origin.provider, record.provider
         ));
     }
-    match origin.money {
-        Some(m) if m.amount.get() != record.amount || m.currency != record.currency => {
-            Some(format!(
+    if let Some(m) = origin.money {
+        if m.amount.get() != record.amount || m.currency != record.currency {
+            return Some(format!(
                 "the word names {} {} for a payout of {} {}",
                 m.amount.get(),
                 m.currency,
                 record.amount,
                 record.currency
-            ))
+            ));
         }
+    }
+    let r = origin.recipient.as_ref()?;
+    match record.destination.get(r.field).and_then(Value::as_str) {
+        Some(ours) if ours != r.value => Some(format!(
+            "the word names recipient {} {:?} for a payout to {:?}",
+            r.field, r.value, ours
+        )),
         _ => None,
     }
+}
+
+/// Whether a foreign word puts the payout in front of a person: one from the payout's own
+/// provider (a transfer under its reference that is not this payout: someone must look). A
+/// word signed by another provider is not about the payout at all, and moves nothing without
+/// a flag: holding one provider's key must not let anyone raise every payout of another.
+pub fn flags_a_person(record: &PayoutRecord, origin: &WordOrigin) -> bool {
+    origin.provider == record.provider
 }
 
 /// The payouts capability of a store.
@@ -607,6 +638,14 @@ pub trait Payouts: Sync {
         note: calls::ProviderNote<'_>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Records that a word of the payout's own provider named other money or another
+    /// recipient ([`foreign`]): the payout is shown to a person and never sent again.
+    fn note_conflict(
+        &self,
+        id: &PayoutId,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Applies a final word, under its key (one conditional write), if it is the payout's own
     /// provider's and names the payout's money ([`foreign`]).
     fn settle_payout(
@@ -625,20 +664,55 @@ pub trait Payouts: Sync {
     ) -> impl Future<Output = Result<Vec<PayoutRecord>, StoreError>> + Send;
 }
 
+/// A provider's word about a transfer, as its API answered it: judged by [`foreign`] exactly
+/// as the same word by webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferWord {
+    pub state: TransferState,
+    /// Its status word as it wrote it.
+    pub status: String,
+    /// The money it says the transfer moves, in ISO minor units (converted from its own).
+    pub money: Option<Money>,
+    pub recipient: Option<Recipient>,
+}
+
+impl TransferWord {
+    /// A word naming neither money nor recipient.
+    pub fn new(state: TransferState, status: impl Into<String>) -> Self {
+        TransferWord {
+            state,
+            status: status.into(),
+            money: None,
+            recipient: None,
+        }
+    }
+
+    pub fn with_money(mut self, money: Option<Money>) -> Self {
+        self.money = money;
+        self
+    }
+
+    pub fn with_recipient(mut self, recipient: Option<Recipient>) -> Self {
+        self.recipient = recipient;
+        self
+    }
+}
+
 /// What a provider's transfer API said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransferAnswer {
-    /// It has the transfer, in this state (`status` as it wrote it).
-    Known {
-        state: TransferState,
-        status: String,
-    },
+    /// It has the transfer, in this state.
+    Known(TransferWord),
     /// Asked: it has no transfer under the reference (a 404, an empty list). Not a word about
     /// money by itself: see [`calls`] for what it proves when.
     Absent { status: String },
     /// Sent: it refused to create the transfer (a 4xx other than the retryable ones), with
     /// this status.
     Refused { status: String },
+    /// Sent: it refused the send in words that prove it already holds a transfer under the
+    /// reference (a duplicate reference, an idempotency key already used). Never a failure:
+    /// the payout waits for that transfer's word, and nothing is sent again.
+    Held { status: String },
 }
 
 /// A call whose outcome is unknown: a timeout, a reset, a 5xx, an answer we cannot read.

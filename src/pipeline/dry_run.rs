@@ -622,6 +622,11 @@ impl<S: Payouts + Send + Sync> Payouts for DryRun<S> {
         Err(read_only("note_provider"))
     }
 
+    /// A dry run flags nothing: its answer already says the word is a conflict.
+    async fn note_conflict(&self, _id: &PayoutId, _reason: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn settle_payout(
         &self,
         id: &PayoutId,

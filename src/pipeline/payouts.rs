@@ -22,11 +22,11 @@ use crate::eventlog::Outcome;
 use crate::idempotency::{ClaimOutcome, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payouts::calls::{
     ask_purpose, may_resend, next, AskPurpose, Budget, CallKind, CallTicket, Next, ProviderNote,
-    FENCE_WRITE_MAX_MS,
+    FENCE_WRITE_MAX_MS, PREPARE_MS,
 };
 use crate::payouts::{
-    reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutRequest, PayoutStatus, RequestKey,
-    TransferAnswer, TransferCall, Transfers,
+    flags_a_person, foreign, reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutRequest,
+    PayoutStatus, RequestKey, TransferAnswer, TransferCall, TransferWord, Transfers, WordOrigin,
 };
 
 /// One payout request as the caller made it.
@@ -127,6 +127,11 @@ impl<S: Store> Pipeline<S> {
     ) -> Result<PayoutAnswer, PipelineError> {
         // The budget counts from here: the lease was computed from the deadline just before.
         let look = Look::new(call.lease_ms);
+        if !look.budget.allows(transfers.bound_ms() + PREPARE_MS) {
+            // Reserving now would debit money no call of this request could send: refuse
+            // before any write, so the caller retries with time (a new invocation).
+            return Ok(no_time(call.lease_ms, transfers.bound_ms()));
+        }
         let id = self.payout_id(&call).await?;
         let key = id.claim_key();
         let fingerprint = call.request.fingerprint();
@@ -404,8 +409,25 @@ impl<S: Store> Pipeline<S> {
         };
         let id = &marked.payout;
         match transfers.send(marked.provider, call).await {
-            Ok(TransferAnswer::Known { state, status }) => {
-                self.accepted(&marked, state, &status, look).await?;
+            Ok(TransferAnswer::Known(word)) => {
+                self.accepted(&marked, &word, look).await?;
+            }
+            // Refused in words that prove the provider holds a transfer under the reference:
+            // never a failure, never sent again; its word is asked for (behind our fence).
+            Ok(TransferAnswer::Held { status }) => {
+                tracing::warn!(payout = %id, status, "the provider refused the send as a duplicate of a transfer it holds; waiting for that transfer's word");
+                let note = ProviderNote {
+                    status: &status,
+                    accepted: true,
+                    refused: false,
+                };
+                self.store.note_provider(id, note).await?;
+                let held = PayoutRecord {
+                    accepted: true,
+                    ambiguous: false,
+                    ..marked.clone()
+                };
+                self.ask(transfers, &held, look).await?;
             }
             // A lookup answer to a send: read as "no transfer", which a send never proves.
             Ok(TransferAnswer::Absent { status }) => {
@@ -465,45 +487,45 @@ impl<S: Store> Pipeline<S> {
         let purpose = ask_purpose(&current, self.store.now_ms());
         let id = &current.payout;
         match transfers.ask(current.provider, id).await {
-            Ok(TransferAnswer::Known { state, status }) => {
-                self.accepted(&current, state, &status, look).await
-            }
-            Ok(TransferAnswer::Absent { status } | TransferAnswer::Refused { status }) => {
-                match purpose {
-                    AskPurpose::AfterRefusal {
-                        absence_proves: true,
-                    } => {
-                        let refusal = current.refused.clone().unwrap_or(status);
-                        self.word(&current, TransferState::Failed, &refusal, look.lease_ms)
-                            .await
-                    }
-                    AskPurpose::AfterRefusal {
-                        absence_proves: false,
-                    } => {
-                        tracing::warn!(payout = %id, sends = current.sends, "a resend was refused and the provider does not show an earlier send yet; nothing is failed inside the window");
-                        Ok(())
-                    }
-                    AskPurpose::AfterAmbiguous {
-                        absence_proves: true,
-                    } if may_resend(&current) => {
-                        tracing::warn!(payout = %id, sends = current.sends, "no transfer under the reference past the send's visibility window; sending again under the same reference");
-                        Box::pin(self.send(transfers, &current, look)).await
-                    }
-                    AskPurpose::AfterAmbiguous {
-                        absence_proves: true,
-                    } => {
-                        tracing::warn!(payout = %id, sends = current.sends, "payout unresolved: sent as often as allowed and the provider has no transfer; a person must look (payhook payouts list --unsettled)");
-                        Ok(())
-                    }
-                    AskPurpose::AfterAmbiguous {
-                        absence_proves: false,
-                    }
-                    | AskPurpose::Status => {
-                        tracing::info!(payout = %id, status, "the provider does not show the transfer yet; that proves nothing inside its visibility window or after it accepted it");
-                        Ok(())
-                    }
+            Ok(TransferAnswer::Known(word)) => self.accepted(&current, &word, look).await,
+            Ok(
+                TransferAnswer::Absent { status }
+                | TransferAnswer::Refused { status }
+                | TransferAnswer::Held { status },
+            ) => match purpose {
+                AskPurpose::AfterRefusal {
+                    absence_proves: true,
+                } => {
+                    let refusal = current.refused.clone().unwrap_or(status);
+                    let failed = TransferWord::new(TransferState::Failed, refusal);
+                    self.word(&current, &failed, look.lease_ms).await
                 }
-            }
+                AskPurpose::AfterRefusal {
+                    absence_proves: false,
+                } => {
+                    tracing::warn!(payout = %id, sends = current.sends, "a resend was refused and the provider does not show an earlier send yet; nothing is failed inside the window");
+                    Ok(())
+                }
+                AskPurpose::AfterAmbiguous {
+                    absence_proves: true,
+                } if may_resend(&current) => {
+                    tracing::warn!(payout = %id, sends = current.sends, "no transfer under the reference past the send's visibility window; sending again under the same reference");
+                    Box::pin(self.send(transfers, &current, look)).await
+                }
+                AskPurpose::AfterAmbiguous {
+                    absence_proves: true,
+                } => {
+                    tracing::warn!(payout = %id, sends = current.sends, "payout unresolved: sent as often as allowed and the provider has no transfer; a person must look (payhook payouts list --unsettled)");
+                    Ok(())
+                }
+                AskPurpose::AfterAmbiguous {
+                    absence_proves: false,
+                }
+                | AskPurpose::Status => {
+                    tracing::info!(payout = %id, status, "the provider does not show the transfer yet; that proves nothing inside its visibility window or after it accepted it");
+                    Ok(())
+                }
+            },
             Err(e) => {
                 tracing::warn!(payout = %id, error = %e, "could not ask the provider; the payout stays sent");
                 Ok(())
@@ -511,21 +533,35 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
-    /// The provider has the transfer, in `state`: recorded, and a final state applied.
+    /// The provider answered with a word about a transfer under the reference: judged as the
+    /// same word by webhook would be ([`foreign`]). One about other money or another
+    /// recipient moves nothing and shows the payout to a person; the payout's own is recorded
+    /// (the provider has it) and a final state applied.
     async fn accepted(
         &self,
         record: &PayoutRecord,
-        state: TransferState,
-        status: &str,
+        word: &TransferWord,
         look: &Look,
     ) -> Result<(), PipelineError> {
+        let origin = WordOrigin {
+            provider: record.provider,
+            money: word.money,
+            recipient: word.recipient.clone(),
+        };
+        if let Some(reason) = foreign(record, &origin) {
+            tracing::error!(payout = %record.payout, provider = %record.provider, reason, "payout unresolved: the provider's answer about its reference names other money or another recipient; it moved nothing, and a person must ask the provider");
+            if flags_a_person(record, &origin) {
+                self.store.note_conflict(&record.payout, &reason).await?;
+            }
+            return Ok(());
+        }
         let note = ProviderNote {
-            status,
+            status: &word.status,
             accepted: true,
             refused: false,
         };
         self.store.note_provider(&record.payout, note).await?;
-        self.word(record, state, status, look.lease_ms).await
+        self.word(record, word, look.lease_ms).await
     }
 
     /// Applies a provider word through the pipeline, under the word's own key, exactly as its
@@ -533,10 +569,10 @@ impl<S: Store> Pipeline<S> {
     async fn word(
         &self,
         record: &PayoutRecord,
-        state: TransferState,
-        status: &str,
+        word: &TransferWord,
         lease_ms: i64,
     ) -> Result<(), PipelineError> {
+        let (state, status) = (word.state, word.status.as_str());
         if state == TransferState::Pending {
             return Ok(());
         }
@@ -548,9 +584,10 @@ impl<S: Store> Pipeline<S> {
                 reference: record.payout.reference(),
                 state,
                 provider_status: status.to_owned(),
-                // The answer to payhook's own call about this reference, from the payout's own
-                // provider: about this payout by construction.
-                money: None,
+                // Judged again where every word is (the store's settle): the same rule as a
+                // webhook's, whatever carried the word.
+                money: word.money,
+                recipient: word.recipient.clone(),
             }),
             transaction_id: None,
         };
@@ -596,9 +633,31 @@ impl Look {
             lease_ms,
             // The claim's lease, less the store clock's second: a call must end before anyone
             // could take the claim over.
-            budget: Budget::from_now_ms(lease_ms - 1_000),
+            budget: Budget::of_lease_ms(lease_ms),
             holder: OwnerToken::generate().as_str().to_owned(),
         }
+    }
+}
+
+/// The answer to a request with too little time left for any call (a Lambda invocation near
+/// its deadline): nothing written, retryable.
+fn no_time(lease_ms: i64, bound_ms: i64) -> PayoutAnswer {
+    let body = Refusal {
+        error: "no_time_for_a_call",
+        message: format!(
+            "this request has {lease_ms} ms, too little to reserve and make a {bound_ms} ms provider call; nothing was reserved, retry"
+        ),
+        payout: None,
+        available: None,
+        retry_after_s: Some(1),
+    };
+    PayoutAnswer {
+        status: 503,
+        body: json(&body),
+        replayed: false,
+        retry_after_s: Some(1),
+        payout_status: None,
+        payout: None,
     }
 }
 

@@ -11,7 +11,7 @@ use super::{ignored, retry_later, Answer, Pipeline, PipelineError, Settled, Stor
 use crate::domain::{IdempotencyKey, NormalisedEvent, Operation, TransferFacts};
 use crate::eventlog::Outcome;
 use crate::ledger::{PostOutcome, Posting};
-use crate::payouts::{PayoutId, PayoutRecord, SettleOutcome, WordOrigin};
+use crate::payouts::{flags_a_person, PayoutId, PayoutRecord, SettleOutcome, WordOrigin};
 
 /// The answer to a settlement word (stored on its key, replayed to duplicates).
 #[derive(Serialize)]
@@ -43,10 +43,11 @@ impl<S: Store> Pipeline<S> {
         let origin = WordOrigin {
             provider: ev.provider,
             money: facts.money,
+            recipient: facts.recipient.clone(),
         };
         let outcome = self
             .store
-            .settle_payout(&id, origin, facts.state, &facts.provider_status)
+            .settle_payout(&id, origin.clone(), facts.state, &facts.provider_status)
             .await?;
         let (record, movement, resumed) = match outcome {
             SettleOutcome::Applied { record, movement } => (record, movement, false),
@@ -69,6 +70,12 @@ impl<S: Store> Pipeline<S> {
                 // Logged as a conflict and answered 200, so the sender stops retrying; the
                 // claim is released, so the payout's own word can still apply.
                 tracing::warn!(payout = %record.payout, provider = %ev.provider, reason, "a settlement word not about this payout moved nothing");
+                // The payout's own provider holds something else under its reference: a
+                // person must look, and nothing is sent under it again.
+                if flags_a_person(&record, &origin) {
+                    tracing::error!(payout = %record.payout, provider = %ev.provider, reason, "payout unresolved: its provider's word names other money or another recipient");
+                    self.store.note_conflict(&record.payout, &reason).await?;
+                }
                 let answer = self.payout_answer("conflict", key, &record, 0, Outcome::Conflict);
                 return Ok(Settled::NothingMoved(answer));
             }

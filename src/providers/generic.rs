@@ -8,13 +8,14 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
-use super::transfers::{known, ApiCall, TransferDef};
+use super::transfers::{error_text, ApiCall, TransferDef};
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
     DisputeFacts, DisputeMovement, EventKind, NormalisedEvent, PaymentFacts, PaymentStatus,
     ProviderId, Reference, RefundFacts, StateFacts, TransferFacts, TransferState,
 };
+use crate::payouts::{TransferAnswer, TransferWord};
 
 pub const ID: ProviderId = ProviderId::from_static("generic");
 
@@ -72,8 +73,10 @@ pub const DEF: ProviderDef = ProviderDef {
 
 /// The generic provider's documented transfer API: `POST /transfers`
 /// `{"reference","amount","currency","destination","narration"?}` and
-/// `GET /transfers/{reference}`, each answering `{"reference","status"}` with
-/// `pending|success|failed|reversed` (404 when it never arrived).
+/// `GET /transfers/{reference}`, each answering `{"reference","status","amount"?,"currency"?}`
+/// with `pending|success|failed|reversed` (404 when it never arrived; the money, when
+/// answered, is judged as a webhook's). A POST under a reference the sender already holds is
+/// refused with a 4xx `{"error":"duplicate_reference"}`.
 pub const TRANSFERS: TransferDef = TransferDef {
     send: |call| {
         let body = serde_json::json!({
@@ -104,8 +107,11 @@ pub const TRANSFERS: TransferDef = TransferDef {
         let state = TransferState::parse(status).ok_or_else(|| {
             PayloadError::invalid("status", "is not pending, success, failed or reversed")
         })?;
-        Ok(known(state, status))
+        Ok(TransferAnswer::Known(
+            TransferWord::new(state, status).with_money(f.opt_money("amount", "currency")?),
+        ))
     },
+    held: |_, body| error_text(body, &["error", "code"]).contains("duplicate_reference"),
 };
 
 fn build(env: ProviderEnv<'_>) -> super::Built {
@@ -283,6 +289,8 @@ fn transfer(f: &Fields<'_>, state: TransferState, status: &str) -> Result<EventK
         provider_status: status.to_owned(),
         // Compared with the payout's own before the word moves it.
         money: f.opt_money("data.amount", "data.currency")?,
+        // The generic destination is the sender's own shape: nothing to compare.
+        recipient: None,
     }))
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::PayloadError;
 use crate::domain::{Money, TransferState};
-use crate::payouts::{PayoutId, TransferAnswer, TransferCall};
+use crate::payouts::{PayoutId, TransferAnswer, TransferCall, TransferWord};
 
 /// One HTTP request to a provider's API (the client adds the base URL and the key).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,9 +26,15 @@ pub struct TransferDef {
     pub send: fn(&TransferCall<'_>) -> Result<ApiCall, PayloadError>,
     /// The path (`GET`) that tells about the transfer under a reference.
     pub ask_path: fn(&PayoutId) -> String,
-    /// Reads a 2xx answer of either call (`asked`: the answer to `ask_path`).
+    /// Reads a 2xx answer of either call (`asked`: the answer to `ask_path`), with the money
+    /// and recipient it names, so it is judged as the same word by webhook would be.
     pub read:
         fn(body: &[u8], payout: &PayoutId, asked: bool) -> Result<TransferAnswer, PayloadError>,
+    /// Whether a refusal of a send (a 4xx other than 408/409/425/429, and its body) is the
+    /// provider's word that it already holds a transfer under the reference (a duplicate
+    /// reference, an idempotency key already used): never a failure, and nothing is sent
+    /// again. docs/payouts.md has each provider's refusal table and its sources.
+    pub held: fn(status: u16, body: &[u8]) -> bool,
     /// How long after a send (its call's end) a lookup may still miss a transfer the provider
     /// took: a lookup that finds nothing proves it never arrived only after this.
     /// docs/payouts.md says where each number comes from.
@@ -61,12 +67,26 @@ pub fn major_decimal(money: Money) -> String {
     )
 }
 
-/// A state word that needs no translation table (`pending|success|failed|reversed`).
+/// A state word that names neither money nor recipient.
 pub fn known(state: TransferState, status: &str) -> TransferAnswer {
-    TransferAnswer::Known {
-        state,
-        status: status.to_owned(),
-    }
+    TransferAnswer::Known(TransferWord::new(state, status))
+}
+
+/// The message of a JSON error body, at `path` (dotted), lower-cased; empty when there is none.
+pub fn error_text(body: &[u8], paths: &[&str]) -> String {
+    let Ok(root) = serde_json::from_slice::<Value>(body) else {
+        return String::new();
+    };
+    paths
+        .iter()
+        .filter_map(|p| {
+            p.split('.')
+                .try_fold(&root, |v, k| v.get(k))
+                .and_then(Value::as_str)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase()
 }
 
 #[cfg(test)]

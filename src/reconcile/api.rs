@@ -271,6 +271,35 @@ fn transfer_def(
         .ok_or_else(|| Ambiguous(format!("{provider} has no transfer API")))
 }
 
+/// A send's refusal, told apart by the provider's own words: one proving it holds a transfer
+/// under the reference is [`TransferAnswer::Held`], any other a refusal. Its message is kept
+/// (bounded) for the record and the person who may read it.
+fn refusal(
+    def: &crate::providers::transfers::TransferDef,
+    status: u16,
+    body: &[u8],
+) -> TransferAnswer {
+    let said = crate::providers::transfers::error_text(
+        body,
+        &["message", "error.message", "error.code", "code", "error"],
+    );
+    let said: String = said.chars().take(200).collect();
+    let status_text = if said.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {said}")
+    };
+    if (def.held)(status, body) {
+        TransferAnswer::Held {
+            status: format!("held: {status_text}"),
+        }
+    } else {
+        TransferAnswer::Refused {
+            status: format!("refused: {status_text}"),
+        }
+    }
+}
+
 /// Anything but a readable answer is ambiguous: the transfer may or may not exist.
 fn ambiguous(e: impl std::fmt::Display) -> Ambiguous {
     Ambiguous(e.to_string())
@@ -304,9 +333,7 @@ impl Transfers for HttpProviderApi {
             408 | 409 | 425 | 429 | 500..=599 => {
                 Err(Ambiguous(format!("{provider} answered HTTP {status}")))
             }
-            _ => Ok(TransferAnswer::Refused {
-                status: format!("refused: HTTP {status}"),
-            }),
+            _ => Ok(refusal(&def, status, &body)),
         }
     }
 

@@ -620,6 +620,7 @@ async fn every_payout_status_change_becomes_one_event_keyed_by_the_payout() {
             let origin = WordOrigin {
                 provider: ProviderId::GENERIC,
                 money: None,
+                recipient: None,
             };
             s.settle_payout(&i, origin, word, word.as_str())
                 .await

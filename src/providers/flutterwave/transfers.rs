@@ -12,10 +12,10 @@
 
 use serde_json::Value;
 
-use crate::domain::{EventKind, TransferFacts, TransferState};
-use crate::payouts::TransferAnswer;
+use crate::domain::{Currency, EventKind, Money, Recipient, TransferFacts, TransferState};
+use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{json_body, major_decimal, ApiCall, TransferDef};
+use crate::providers::transfers::{error_text, json_body, major_decimal, ApiCall, TransferDef};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
@@ -69,12 +69,46 @@ pub const TRANSFERS: TransferDef = TransferDef {
             .get("status")
             .and_then(Value::as_str)
             .ok_or_else(|| PayloadError::invalid("data.status", "must be a string"))?;
-        Ok(TransferAnswer::Known {
-            state: state_of(status),
-            status: status.to_owned(),
-        })
+        let f = Fields::new(transfer);
+        Ok(TransferAnswer::Known(
+            TransferWord::new(state_of(status), status)
+                .with_money(answered_money(&f)?)
+                .with_recipient(recipient(&f, "account_number")?),
+        ))
+    },
+    // Flutterwave documents no duplicate-reference refusal (docs/payouts.md): a refusal that
+    // says the reference is a duplicate or already used is read as one, and any other refused
+    // resend waits for a person anyway.
+    held: |_, body| {
+        let said = error_text(body, &["message", "data.message"]);
+        said.contains("reference")
+            && ["duplicate", "already", "exist"]
+                .iter()
+                .any(|w| said.contains(w))
     },
 };
+
+/// The money of a transfer object in an API answer: `amount` in major units. serde_json keeps
+/// a decimal as the shortest float that reads back the same, so `1250.5` prints as written.
+fn answered_money(f: &Fields<'_>) -> Result<Option<Money>, PayloadError> {
+    let (Some(amount), Some(code)) = (f.get("amount"), f.opt_str("currency")?) else {
+        return Ok(None);
+    };
+    let currency =
+        Currency::parse(code).map_err(|e| PayloadError::invalid("currency", e.to_string()))?;
+    let Value::Number(n) = amount else {
+        return Err(PayloadError::invalid("amount", "must be a number"));
+    };
+    Money::from_major_decimal(&n.to_string(), currency)
+        .map(Some)
+        .map_err(|e| PayloadError::invalid("amount", e.to_string()))
+}
+
+/// The bank account a transfer names (compared with the destination's `account_number`).
+fn recipient(f: &Fields<'_>, path: &str) -> Result<Option<Recipient>, PayloadError> {
+    Ok(f.opt_str(path)?
+        .map(|n| Recipient::new("account_number", n)))
+}
 
 fn state_of(status: &str) -> TransferState {
     match status {
@@ -99,6 +133,7 @@ pub fn transfer_completed(f: &Fields<'_>, text: &str) -> Result<EventKind, Paylo
         state: state_of(status),
         provider_status: status.to_owned(),
         money,
+        recipient: recipient(f, "data.account_number")?,
     }))
 }
 
@@ -134,10 +169,7 @@ mod tests {
             );
             assert_eq!(
                 (TRANSFERS.read)(listed.as_bytes(), &id, true).unwrap(),
-                TransferAnswer::Known {
-                    state,
-                    status: status.into()
-                }
+                TransferAnswer::Known(TransferWord::new(state, status))
             );
         }
         let empty = r#"{"status":"success","data":[]}"#;
@@ -168,5 +200,26 @@ mod tests {
         );
         assert_eq!(body["amount"].as_f64(), Some(1250.5));
         assert_eq!(body["account_bank"], "044");
+    }
+
+    #[test]
+    fn a_listed_transfer_names_its_money_and_account() {
+        let id = PayoutId::parse(PID).unwrap();
+        let listed = format!(
+            r#"{{"status":"success","data":[{{"id":1,"reference":"{PID}","status":"SUCCESSFUL","amount":1250.5,"currency":"NGN","account_number":"0690000040"}}]}}"#
+        );
+        let TransferAnswer::Known(word) = (TRANSFERS.read)(listed.as_bytes(), &id, true).unwrap()
+        else {
+            panic!("not a word");
+        };
+        assert_eq!(word.money.map(|m| m.amount.get()), Some(125_050));
+        assert_eq!(
+            word.recipient,
+            Some(Recipient::new("account_number", "0690000040"))
+        );
+        let dup = br#"{"status":"error","message":"Duplicate reference: a transfer with this reference already exists","data":null}"#;
+        assert!((TRANSFERS.held)(400, dup));
+        let invalid = br#"{"status":"error","message":"Invalid account number","data":null}"#;
+        assert!(!(TRANSFERS.held)(400, invalid));
     }
 }

@@ -9,10 +9,10 @@
 
 use serde_json::Value;
 
-use crate::domain::{EventKind, TransferFacts, TransferState};
-use crate::payouts::TransferAnswer;
+use crate::domain::{EventKind, Recipient, TransferFacts, TransferState};
+use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{json_body, known, ApiCall, TransferDef};
+use crate::providers::transfers::{error_text, json_body, ApiCall, TransferDef};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
@@ -47,15 +47,28 @@ pub const TRANSFERS: TransferDef = TransferDef {
         let root = parse_object(body)?;
         let f = Fields::new(&root);
         let status = f.str("data.status")?;
-        Ok(match state_of(status) {
-            Some(state) => known(state, status),
-            None => TransferAnswer::Known {
-                state: TransferState::Pending,
-                status: status.to_owned(),
-            },
-        })
+        let state = state_of(status).unwrap_or(TransferState::Pending);
+        Ok(TransferAnswer::Known(
+            TransferWord::new(state, status)
+                .with_money(f.opt_money("data.amount", "data.currency")?)
+                .with_recipient(recipient(&f)?),
+        ))
+    },
+    // "Please provide a unique reference. Reference already exists on a transfer" (code
+    // `duplicate_transfer_reference`): the status is not documented, the words are.
+    held: |_, body| {
+        let said = error_text(body, &["message", "code"]);
+        said.contains("reference already exists") || said.contains("duplicate_transfer_reference")
     },
 };
+
+/// The recipient code a transfer names (`data.recipient.recipient_code` in a verify answer and
+/// in webhooks; the create answer's `data.recipient` is a numeric id, which names nothing to
+/// compare).
+fn recipient(f: &Fields<'_>) -> Result<Option<Recipient>, PayloadError> {
+    Ok(f.opt_str("data.recipient.recipient_code")?
+        .map(|code| Recipient::new("recipient", code)))
+}
 
 /// Paystack's status word as payhook reads it (`None`: not one it documents).
 fn state_of(status: &str) -> Option<TransferState> {
@@ -80,6 +93,7 @@ pub fn transfer_event(f: &Fields<'_>, state: TransferState) -> Result<EventKind,
             .to_owned(),
         // Minor units, as Paystack sends them; compared with the payout's own.
         money: f.opt_money("data.amount", "data.currency")?,
+        recipient: recipient(f)?,
     }))
 }
 
@@ -114,7 +128,7 @@ mod tests {
             let id = PayoutId::parse(PID).unwrap();
             assert_eq!(
                 (TRANSFERS.read)(answer.as_bytes(), &id, true).unwrap(),
-                known(state, status)
+                TransferAnswer::Known(TransferWord::new(state, status))
             );
         }
         let id = PayoutId::parse(PID).unwrap();
@@ -125,7 +139,7 @@ mod tests {
             let answer = format!(r#"{{"status":true,"data":{{"status":"{status}"}}}}"#);
             assert_eq!(
                 (TRANSFERS.read)(answer.as_bytes(), &id, false).unwrap(),
-                known(state, status)
+                TransferAnswer::Known(TransferWord::new(state, status))
             );
         }
     }
@@ -153,5 +167,34 @@ mod tests {
             (body["recipient"].as_str(), body["reason"].as_str()),
             (Some("RCP_1"), Some("May"))
         );
+    }
+
+    #[test]
+    fn a_verify_answer_names_its_money_and_recipient_and_a_duplicate_reference_is_held() {
+        let id = PayoutId::parse(PID).unwrap();
+        let answer = br#"{"status":true,"data":{"status":"success","amount":1,"currency":"NGN","recipient":{"recipient_code":"RCP_other"}}}"#;
+        let TransferAnswer::Known(word) = (TRANSFERS.read)(answer, &id, true).unwrap() else {
+            panic!("not a word");
+        };
+        assert_eq!(word.money.map(|m| m.amount.get()), Some(1));
+        assert_eq!(
+            word.recipient,
+            Some(Recipient::new("recipient", "RCP_other"))
+        );
+        // The create answer's recipient is a number: nothing to compare.
+        let created = br#"{"status":true,"data":{"status":"pending","amount":100,"currency":"NGN","recipient":77}}"#;
+        assert!(matches!(
+            (TRANSFERS.read)(created, &id, false).unwrap(),
+            TransferAnswer::Known(TransferWord {
+                recipient: None,
+                money: Some(_),
+                ..
+            })
+        ));
+        let duplicate = br#"{"status":false,"message":"Please provide a unique reference. Reference already exists on a transfer","type":"validation_error","code":"duplicate_transfer_reference"}"#;
+        assert!((TRANSFERS.held)(400, duplicate));
+        let broke =
+            br#"{"status":false,"message":"Your balance is not enough to fulfill this request"}"#;
+        assert!(!(TRANSFERS.held)(400, broke));
     }
 }

@@ -11,10 +11,10 @@
 
 use serde_json::Value;
 
-use crate::domain::{EventKind, Reference, TransferFacts, TransferState};
-use crate::payouts::TransferAnswer;
+use crate::domain::{EventKind, Recipient, Reference, TransferFacts, TransferState};
+use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{ApiCall, TransferDef};
+use crate::providers::transfers::{error_text, ApiCall, TransferDef};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
@@ -78,22 +78,34 @@ pub const TRANSFERS: TransferDef = TransferDef {
         } else {
             &root
         };
-        Ok(answer_of(transfer))
+        answer_of(transfer)
     },
+    // `idempotency_error`: the key (the payout id) was used by a request Stripe kept, whose
+    // outcome this answer does not tell; never a failure. A key still running answers 409,
+    // which is ambiguous already.
+    held: |_, body| error_text(body, &["error.type"]) == "idempotency_error",
 };
 
-fn answer_of(transfer: &Value) -> TransferAnswer {
-    if transfer.get("reversed").and_then(Value::as_bool) == Some(true) {
-        TransferAnswer::Known {
-            state: TransferState::Reversed,
-            status: "reversed".into(),
-        }
+fn answer_of(transfer: &Value) -> Result<TransferAnswer, PayloadError> {
+    let f = Fields::new(transfer);
+    let word = if transfer.get("reversed").and_then(Value::as_bool) == Some(true) {
+        TransferWord::new(TransferState::Reversed, "reversed")
     } else {
-        TransferAnswer::Known {
-            state: TransferState::Success,
-            status: "created".into(),
-        }
-    }
+        TransferWord::new(TransferState::Success, "created")
+    };
+    let money = match f.get("amount") {
+        Some(_) => Some(super::stripe_money(&f, "amount", "currency")?),
+        None => None,
+    };
+    Ok(TransferAnswer::Known(
+        word.with_money(money)
+            .with_recipient(recipient(&f, "destination")?),
+    ))
+}
+
+/// The connected account a transfer went to (compared with the destination's `account`).
+fn recipient(f: &Fields<'_>, path: &str) -> Result<Option<Recipient>, PayloadError> {
+    Ok(f.opt_str(path)?.map(|a| Recipient::new("account", a)))
 }
 
 fn urlencode(text: &str) -> String {
@@ -142,6 +154,7 @@ pub fn transfer_event(f: &Fields<'_>, created: bool) -> Result<EventKind, Payloa
         state,
         provider_status: if reversed { "reversed" } else { "created" }.to_owned(),
         money,
+        recipient: recipient(f, "data.object.destination")?,
     }))
 }
 
@@ -190,10 +203,10 @@ mod tests {
         );
         assert!(matches!(
             (TRANSFERS.read)(listed.as_bytes(), &id, true).unwrap(),
-            TransferAnswer::Known {
+            TransferAnswer::Known(TransferWord {
                 state: TransferState::Reversed,
                 ..
-            }
+            })
         ));
         assert!(matches!(
             (TRANSFERS.read)(br#"{"object":"list","data":[]}"#, &id, true).unwrap(),
@@ -224,5 +237,21 @@ mod tests {
         assert!(
             body.contains(&format!("transfer_group={PID}")) && body.contains("description=a%20b")
         );
+    }
+
+    #[test]
+    fn an_answer_names_its_money_in_iso_units_and_its_account() {
+        let id = PayoutId::parse(PID).unwrap();
+        let created = br#"{"id":"tr_1","object":"transfer","amount":400,"currency":"usd","destination":"acct_1","reversed":false}"#;
+        let TransferAnswer::Known(word) = (TRANSFERS.read)(created, &id, false).unwrap() else {
+            panic!("not a word");
+        };
+        let usd = Currency::parse("USD").unwrap();
+        assert_eq!(word.money, Some(Money::new(400, usd).unwrap()));
+        assert_eq!(word.recipient, Some(Recipient::new("account", "acct_1")));
+        let reused = br#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}"#;
+        assert!((TRANSFERS.held)(400, reused));
+        let broke = br#"{"error":{"type":"invalid_request_error","code":"balance_insufficient"}}"#;
+        assert!(!(TRANSFERS.held)(400, broke));
     }
 }

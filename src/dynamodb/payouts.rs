@@ -101,7 +101,7 @@ fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
         ambiguous: matches!(item.get("ambiguous"), Some(AttributeValue::Bool(true))),
         accepted: matches!(item.get("accepted"), Some(AttributeValue::Bool(true))),
         refused: r.opt_str("refused").map(str::to_owned),
-        conflict: r.opt_str("conflict").map(str::to_owned),
+        conflict: r.opt_str("word_conflict").map(str::to_owned),
         // Absent on payouts sent by the release before fences: no fence (its calls were bounded
         // by 5 s and are long over, or still run under the old code's own rules), and the
         // longest window any provider has, from the payout's last write: decided by what is
@@ -446,7 +446,7 @@ impl Payouts for DynamoStore {
                 .condition_expression(format!(
                     "payout_status IN (:reserved, :sent) AND sends = :seen \
                      AND (attribute_not_exists(accepted) OR accepted = :f) \
-                     AND attribute_not_exists(conflict) AND {free}"
+                     AND attribute_not_exists(word_conflict) AND {free}"
                 ))
                 .expression_attribute_values(":reserved", s(PayoutStatus::Reserved.as_str()))
                 .expression_attribute_values(":seen", n(i64::from(t.seen_sends)))
@@ -525,7 +525,7 @@ impl Payouts for DynamoStore {
             .update_item()
             .table_name(table)
             .key("pk", s(payout_pk(id)))
-            .update_expression("SET conflict = :c")
+            .update_expression("SET word_conflict = :c")
             .condition_expression("attribute_exists(pk)")
             // Bounded: the reason quotes the provider's words.
             .expression_attribute_values(":c", s(reason.chars().take(500).collect::<String>()));

@@ -26,6 +26,7 @@ mod lifecycle;
 mod money;
 mod moto;
 mod payout_providers;
+mod payout_words;
 mod payouts;
 mod payouts_model;
 mod providers;

@@ -320,6 +320,12 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
                 report.needs_human.push(finding("claim facts unreadable"));
                 continue;
             };
+            if !self.resumable(&kind).await? {
+                report.still_unknown.push(finding(
+                    "a settlement word not applied yet: its claim kept no money or recipient to judge it by; its redelivery or the payout's next look does",
+                ));
+                continue;
+            }
             let event = NormalisedEvent {
                 provider,
                 event_id: format!("resume:{}", claim.key),
@@ -331,6 +337,23 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
             report.file(answer, finding("resumed"));
         }
         Ok(())
+    }
+
+    /// Whether a stuck claim may be finished from its fingerprint alone. A payout settlement
+    /// word's fingerprint is the word (reference and state), not the money or recipient it
+    /// named, so it is resumed only to finish a word already applied (judged when it was):
+    /// one not applied yet waits for a word that carries what the one judge needs.
+    async fn resumable(&self, kind: &EventKind) -> Result<bool, StoreError> {
+        let EventKind::Transfer(t) = kind else {
+            return Ok(true);
+        };
+        let Some(id) = crate::payouts::PayoutId::parse(t.reference.as_str()) else {
+            return Ok(true);
+        };
+        let store = self.pipeline.store();
+        Ok(crate::payouts::Payouts::payout(store, &id)
+            .await?
+            .is_none_or(|p| p.words.iter().any(|w| w == t.state.as_str())))
     }
 
     /// Failed deliveries, oldest first from the stored cursor. A re-drive the store could not

@@ -57,6 +57,40 @@ fn free_port() -> u16 {
 /// lease, call bound and visibility window given (and `extra` variables).
 async fn serve(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &str)]) -> Serve {
     let port = free_port();
+    let child = serve_command(store, url, timing, extra, port)
+        .spawn()
+        .unwrap();
+    let s = Serve { child, port };
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("payhook serve did not start");
+}
+
+/// Runs `payhook serve` expecting it to refuse to start: its stderr.
+fn serve_refused(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &str)]) -> String {
+    let out = serve_command(store, url, timing, extra, free_port())
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "payhook serve started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn serve_command(
+    store: &DynamoStore,
+    url: &str,
+    timing: Timing,
+    extra: &[(&str, &str)],
+    port: u16,
+) -> std::process::Command {
     // PAYHOOK_TEST_BINARY runs these same tests against another build (an earlier release, to
     // show what each fake behaviour did before a change).
     let bin = std::env::var("PAYHOOK_TEST_BINARY")
@@ -82,18 +116,7 @@ async fn serve(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &
     for (k, v) in extra {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().unwrap();
-    let s = Serve { child, port };
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("payhook serve did not start");
+    cmd
 }
 
 /// The fake provider, judging overlaps by payhook's bound in `timing`.
@@ -467,19 +490,22 @@ async fn item2_a_takeover_never_calls_while_the_killed_call_may_run() {
         fake.lock().unwrap().overlaps
     );
 
-    // AND a process whose lease a call would outlive never starts one
+    // AND a process whose lease a call would outlive does not start (issue #42, case 4: it
+    // used to answer 201 reserved, debit, and never send), saying why with its numbers
     let short = Timing {
         lease_ms: 1_500,
         bound_ms: 3_000,
         visibility_ms: 10_000,
     };
-    let s = serve(&store, &url, short, &[]).await;
-    let a = pay(&s, "take-2", "wallet_2", 100).await;
-    assert_eq!(
-        (a.status, a.body["status"].as_str()),
-        (201, Some("reserved"))
+    let before = balance(&store, "wallet_2").await;
+    let posts = total_posts(&fake);
+    let why = serve_refused(&store, &url, short, &[]);
+    assert!(
+        why.contains("no transfer call can start") && why.contains("1500 ms"),
+        "{why}"
     );
-    assert_eq!(seen(&fake, &a.payout()).posts, 0);
+    assert_eq!(balance(&store, "wallet_2").await, before);
+    assert_eq!(total_posts(&fake), posts);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

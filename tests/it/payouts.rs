@@ -921,8 +921,9 @@ fn serve(store: &DynamoStore, url: &str, port: u16) -> std::process::Child {
     .env("PAYHOOK_GENERIC_API_URL", url)
     .env("PAYHOOK_GENERIC_API_KEY", "k_test")
     // A lease that outlasts one call (4 s) with the clock's second, a second for the writes
-    // before it and one for those after it (payouts::calls::call_fits: serve refuses less).
-    .env("PAYHOOK_LEASE_MS", "7000")
+    // before it and one for those after it (payouts::calls::call_fits: serve refuses less), and
+    // half a second to spare (a request checks the same rule again, a moment later).
+    .env("PAYHOOK_LEASE_MS", "7500")
     .env("PAYHOOK_PROVIDER_TIMEOUT_MS", "4000")
     .env("RUST_LOG", "error")
     .stdout(std::process::Stdio::null())

@@ -389,6 +389,56 @@ fn lease_bound_matches_each_function_timeout() {
     }
 }
 
+/// Issue #42, case 4: every function that calls a transfer API can start a call. Inside Lambda
+/// a request's lease is at most its deadline less a second, bounded by PAYHOOK_MAX_LEASE_MS
+/// (and the reconciler's PAYHOOK_LEASE_MS); the rule is the one `payhook serve` applies at start
+/// (payouts::calls::call_fits). A Timeout set by a parameter is checked at its default and at
+/// its smallest allowed value.
+#[test]
+fn every_function_that_pays_out_has_time_for_a_call() {
+    let t = Template::load();
+    let mut checked = Vec::new();
+    for (name, f) in t.functions() {
+        let env = t.env(f);
+        let Some(bound) = env
+            .get("PAYHOOK_PROVIDER_TIMEOUT_MS")
+            .and_then(|v| t.resolve(v))
+        else {
+            continue;
+        };
+        let bound_ms: i64 = bound.parse().unwrap();
+        let ms = |var: &str| -> i64 {
+            env.get(var)
+                .and_then(|v| t.resolve(v))
+                .unwrap_or_else(|| panic!("{name}: no {var}"))
+                .parse()
+                .unwrap()
+        };
+        let timeout = t
+            .prop(f, "Timeout")
+            .unwrap_or_else(|| panic!("{name}: no Timeout"));
+        let mut timeouts_s: Vec<i64> = vec![t.resolve(timeout).unwrap().parse().unwrap()];
+        if let Some(param) = timeout.get("Ref").and_then(Value::as_str) {
+            if let Some(min) = t.doc["Parameters"][param]["MinValue"].as_i64() {
+                timeouts_s.push(min);
+            }
+        }
+        for timeout_s in timeouts_s {
+            let lease_ms = (timeout_s * 1_000 - 1_000)
+                .min(ms("PAYHOOK_MAX_LEASE_MS").min(timeout_s * 1_000))
+                .min(ms("PAYHOOK_LEASE_MS"));
+            assert!(
+                payhook::payouts::calls::call_fits(lease_ms, bound_ms).is_ok(),
+                "{name} with Timeout {timeout_s} s: {}",
+                payhook::payouts::calls::call_fits(lease_ms, bound_ms).unwrap_err()
+            );
+        }
+        checked.push(name.clone());
+    }
+    checked.sort();
+    assert_eq!(checked, ["PayoutFunction", "ReconcileFunction"]);
+}
+
 // ------------------------------------------------------------------------------- tables
 
 fn key_schema(v: &Value) -> (Option<String>, Option<String>) {

@@ -249,3 +249,23 @@ async fn a_split_is_refused_until_declared_and_the_declaration_keeps_the_old_pay
     assert_eq!(total_posts(&fake), 2);
     assert_eq!(balance(&store, "wallet_c").await, 9_800);
 }
+
+#[tokio::test]
+async fn a_binding_is_written_once_and_a_second_write_reads_the_first() {
+    use payhook::payouts::callers::{Scope, Scopes, TokenId};
+    let store = store("pc_bind").await;
+    let (a, b) = (TokenId(id_of(TOKEN)), TokenId(id_of(OTHER_TOKEN)));
+    let (erp, shop) = (Scope::of_name("erp"), Scope::of_name("shop"));
+    // GIVEN a bound to erp
+    assert_eq!(store.bind_scope(&a, &erp).await.unwrap(), None);
+    // WHEN another start binds it to shop, or to erp again
+    // THEN the first binding stands and is what the loser reads
+    assert_eq!(
+        store.bind_scope(&a, &shop).await.unwrap(),
+        Some(erp.clone())
+    );
+    assert_eq!(store.bind_scope(&a, &erp).await.unwrap(), None);
+    let bound = store.bound_scopes(&[a.clone(), b.clone()]).await.unwrap();
+    assert_eq!(bound.len(), 1);
+    assert_eq!(bound[&a], erp);
+}

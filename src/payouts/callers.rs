@@ -5,13 +5,14 @@
 //! name with its bearer tokens, and names and lists change (a rotation, moving a token from
 //! `PAYHOOK_PAYOUT_TOKEN` to `PAYHOOK_PAYOUT_CALLERS`, a rename). So the scope is not the
 //! configured name: it is what the caller's tokens are **bound** to in the store (one item per
-//! token, keyed by the token's digest id, written once). At start, [`resolve`] judges the
+//! token, keyed by the token's digest id, written once; and one per caller name, the fallback
+//! when none of its tokens is bound, so a rotation without overlap keeps the scope too). At start, [`resolve`] judges the
 //! configuration against the bindings:
 //!
 //! | the caller's tokens | its scope | then |
 //! |---|---|---|
 //! | bound, all to one scope | that scope (a rename, token → named callers, a rotation with overlap keep it) | its unbound tokens are bound to it |
-//! | none bound | `caller:{name}` (what this release used before bindings) | its tokens are bound to it |
+//! | none bound | the scope its name is bound to, else `caller:{name}` (what this release used before bindings) | its tokens (and name) are bound to it |
 //! | bound to two scopes (a merge) | refused, unless declared (`name@scope=…`) | a declared caller's tokens bound elsewhere keep that scope as an earlier name |
 //! | two callers end on one scope (a split) | refused, unless one declares another scope | — |
 //!
@@ -76,6 +77,22 @@ impl std::fmt::Display for TokenId {
     }
 }
 
+/// What a binding item is kept for: a token (by digest id) or a caller's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder<'a> {
+    Token(&'a TokenId),
+    Name(&'a str),
+}
+
+/// The recorded scopes of tokens and of caller names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bindings {
+    pub tokens: BTreeMap<TokenId, Scope>,
+    /// A name's scope is a fallback only, for a caller none of whose tokens is bound (a rotation
+    /// without overlap after a rename or a move to named callers): a token's binding wins.
+    pub names: BTreeMap<String, Scope>,
+}
+
 /// A configured caller, as [`resolve`] needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Configured {
@@ -91,6 +108,8 @@ pub struct Resolved {
     pub scope: Scope,
     /// Its tokens not bound yet: to bind to `scope`.
     pub unbound: Vec<TokenId>,
+    /// Its name is not bound yet: to bind to `scope`.
+    pub name_unbound: bool,
     /// Its tokens bound to another scope (a declared merge): each token's earlier name, looked
     /// up before `scope` so a retry with that token finds the payouts it made there. Never
     /// another configured caller's scope (that would replay that caller's payouts).
@@ -138,10 +157,8 @@ fn list(bound: &[(TokenId, Scope)]) -> String {
 
 /// The scope of every caller in `callers` (same order), given the recorded `bound` scopes of
 /// their tokens, or why the configuration must not start. Pure: the bindings are all it reads.
-pub fn resolve(
-    callers: &[Configured],
-    bound: &BTreeMap<TokenId, Scope>,
-) -> Result<Vec<Resolved>, Refusal> {
+pub fn resolve(callers: &[Configured], bindings: &Bindings) -> Result<Vec<Resolved>, Refusal> {
+    let bound = &bindings.tokens;
     let mut owner: BTreeMap<&TokenId, &str> = BTreeMap::new();
     for c in callers {
         for t in &c.tokens {
@@ -168,7 +185,11 @@ pub fn resolve(
         scopes.dedup();
         let scope = match (&c.declared, scopes.as_slice()) {
             (Some(declared), _) => declared.clone(),
-            (None, []) => Scope::of_name(&c.name),
+            (None, []) => bindings
+                .names
+                .get(&c.name)
+                .cloned()
+                .unwrap_or_else(|| Scope::of_name(&c.name)),
             (None, [one]) => (*one).clone(),
             (None, [first, ..]) => {
                 return Err(Refusal::Merge {
@@ -187,6 +208,7 @@ pub fn resolve(
         out.push(Resolved {
             scope,
             unbound,
+            name_unbound: !bindings.names.contains_key(&c.name),
             earlier: held.into_iter().collect(),
         });
     }
@@ -227,19 +249,20 @@ fn fresh_scope(name: &str, taken: &[Resolved]) -> Scope {
         .unwrap_or(plain)
 }
 
-/// The recorded scopes of tokens, in the payments table.
+/// The recorded scopes of tokens and caller names, in the payments table.
 pub trait Scopes: Sync {
-    /// The scopes `tokens` are bound to (tokens not bound are absent). Consistent.
+    /// The scopes `tokens` and `names` are bound to (those not bound are absent). Consistent.
     fn bound_scopes(
         &self,
         tokens: &[TokenId],
-    ) -> impl Future<Output = Result<BTreeMap<TokenId, Scope>, StoreError>> + Send;
+        names: &[String],
+    ) -> impl Future<Output = Result<Bindings, StoreError>> + Send;
 
-    /// Binds `token` to `scope` unless it is bound: `Ok(None)` when this write bound it (or it
+    /// Binds `holder` to `scope` unless it is bound: `Ok(None)` when this write bound it (or it
     /// was bound to `scope` already), `Ok(Some(other))` when it is bound to another scope.
     fn bind_scope(
         &self,
-        token: &TokenId,
+        holder: Holder<'_>,
         scope: &Scope,
     ) -> impl Future<Output = Result<Option<Scope>, StoreError>> + Send;
 }
@@ -262,13 +285,19 @@ mod tests {
             declared: None,
         }
     }
-    fn bound(pairs: &[(&str, &str)]) -> BTreeMap<TokenId, Scope> {
+    fn tokens(pairs: &[(&str, &str)]) -> BTreeMap<TokenId, Scope> {
         pairs.iter().map(|(k, s)| (t(k), scope(s))).collect()
+    }
+    fn bound(pairs: &[(&str, &str)]) -> Bindings {
+        Bindings {
+            tokens: tokens(pairs),
+            names: BTreeMap::new(),
+        }
     }
 
     #[test]
     fn nothing_bound_is_the_callers_name() {
-        let got = resolve(&[caller("local", &["a"])], &BTreeMap::new()).unwrap();
+        let got = resolve(&[caller("local", &["a"])], &Bindings::default()).unwrap();
         assert_eq!(got[0].scope, scope("caller:local"));
         assert_eq!(got[0].unbound, vec![t("a")]);
     }
@@ -310,7 +339,7 @@ mod tests {
         erp.declared = Some(scope("caller:local"));
         let got = resolve(&[erp], &b).unwrap();
         assert_eq!(got[0].scope, scope("caller:local"));
-        assert_eq!(got[0].earlier, bound(&[("c", "caller:shop")]));
+        assert_eq!(got[0].earlier, tokens(&[("c", "caller:shop")]));
     }
 
     #[test]
@@ -341,8 +370,22 @@ mod tests {
     fn a_token_under_two_callers_is_refused() {
         let e = resolve(
             &[caller("erp", &["a"]), caller("shop", &["a"])],
-            &BTreeMap::new(),
+            &Bindings::default(),
         );
         assert!(matches!(e, Err(Refusal::TokenTwice { .. })));
+    }
+
+    #[test]
+    fn a_rotation_without_overlap_keeps_the_scope_the_name_was_bound_to() {
+        // erp was local's token moved over (t1 -> caller:local); t1 is replaced by t2 at once.
+        let mut b = bound(&[("a", "caller:local")]);
+        b.names.insert("erp".into(), scope("caller:local"));
+        let got = resolve(&[caller("erp", &["b"])], &b).unwrap();
+        assert_eq!(got[0].scope, scope("caller:local"));
+        assert!(!got[0].name_unbound);
+        // A token's binding wins over the name's.
+        b.tokens.insert(t("b"), scope("caller:other"));
+        let got = resolve(&[caller("erp", &["b"])], &b).unwrap();
+        assert_eq!(got[0].scope, scope("caller:other"));
     }
 }

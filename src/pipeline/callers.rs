@@ -4,9 +4,9 @@
 //! the same time (with another configuration) is read back and the whole configuration judged
 //! again against it: the first write decides, never the last configuration.
 
-use std::collections::BTreeMap;
-
-use crate::payouts::callers::{resolve, Configured, Refusal, Resolved, Scopes, TokenId};
+use crate::payouts::callers::{
+    resolve, Bindings, Configured, Holder, Refusal, Resolved, Scopes, TokenId,
+};
 use crate::store::StoreError;
 
 /// Rounds of read, judge, bind: each lost round means another process bound one of these
@@ -33,33 +33,43 @@ pub async fn settle_scopes(
     if tokens.is_empty() {
         return Ok(Vec::new());
     }
-    let mut bound = store.bound_scopes(&tokens).await?;
+    let names: Vec<String> = callers.iter().map(|c| c.name.clone()).collect();
+    let mut bound = store.bound_scopes(&tokens, &names).await?;
     for _ in 0..MAX_ROUNDS {
         let resolved = resolve(callers, &bound)?;
-        match bind_all(store, &resolved).await? {
-            None => return Ok(resolved),
-            Some(won) => bound.extend(won),
+        let won = bind_all(store, callers, &resolved).await?;
+        if won.tokens.is_empty() && won.names.is_empty() {
+            return Ok(resolved);
         }
+        bound.tokens.extend(won.tokens);
+        bound.names.extend(won.names);
     }
     Err(ScopeError::Contended)
 }
 
-/// Binds every unbound token to its caller's scope; `Some` the bindings another process wrote
-/// first (to judge again), `None` when every write was this one's (or agreed).
+/// Binds every unbound token (and name) to its caller's scope; the bindings another process
+/// wrote first (to judge again), empty when every write was this one's (or agreed).
 async fn bind_all(
     store: &impl Scopes,
+    callers: &[Configured],
     resolved: &[Resolved],
-) -> Result<Option<BTreeMap<TokenId, crate::payouts::callers::Scope>>, StoreError> {
-    let mut lost = BTreeMap::new();
-    for r in resolved {
+) -> Result<Bindings, StoreError> {
+    let mut lost = Bindings::default();
+    for (c, r) in callers.iter().zip(resolved) {
         for token in &r.unbound {
-            if let Some(other) = store.bind_scope(token, &r.scope).await? {
+            if let Some(other) = store.bind_scope(Holder::Token(token), &r.scope).await? {
                 tracing::warn!(token = %token, scope = %other, "another start bound this payout token first; judging again");
-                lost.insert(token.clone(), other);
+                lost.tokens.insert(token.clone(), other);
+            }
+        }
+        if r.name_unbound {
+            if let Some(other) = store.bind_scope(Holder::Name(&c.name), &r.scope).await? {
+                tracing::warn!(caller = %c.name, scope = %other, "another start bound this payout caller's name first; judging again");
+                lost.names.insert(c.name.clone(), other);
             }
         }
     }
-    Ok((!lost.is_empty()).then_some(lost))
+    Ok(lost)
 }
 
 #[cfg(test)]
@@ -70,10 +80,10 @@ mod tests {
     use std::sync::Mutex;
 
     /// Bindings in memory; `racer` is another start's: written just before this one's first
-    /// write of that token, as a concurrent start with another configuration would.
+    /// write, as a concurrent start with another configuration would.
     #[derive(Default)]
     struct Memory {
-        bound: Mutex<BTreeMap<TokenId, Scope>>,
+        bound: Mutex<Bindings>,
         racer: Mutex<Option<(TokenId, Scope)>>,
         writes: Mutex<usize>,
     }
@@ -82,26 +92,37 @@ mod tests {
         async fn bound_scopes(
             &self,
             tokens: &[TokenId],
-        ) -> Result<BTreeMap<TokenId, Scope>, StoreError> {
+            names: &[String],
+        ) -> Result<Bindings, StoreError> {
             let b = self.bound.lock().unwrap();
-            Ok(tokens
-                .iter()
-                .filter_map(|t| b.get(t).map(|s| (t.clone(), s.clone())))
-                .collect())
+            Ok(Bindings {
+                tokens: tokens
+                    .iter()
+                    .filter_map(|t| b.tokens.get(t).map(|s| (t.clone(), s.clone())))
+                    .collect(),
+                names: names
+                    .iter()
+                    .filter_map(|n| b.names.get(n).map(|s| (n.clone(), s.clone())))
+                    .collect(),
+            })
         }
 
         async fn bind_scope(
             &self,
-            token: &TokenId,
+            holder: Holder<'_>,
             scope: &Scope,
         ) -> Result<Option<Scope>, StoreError> {
             *self.writes.lock().unwrap() += 1;
             let mut b = self.bound.lock().unwrap();
             if let Some((t, s)) = self.racer.lock().unwrap().take() {
-                b.entry(t).or_insert(s);
+                b.tokens.entry(t).or_insert(s);
             }
-            let held = b.entry(token.clone()).or_insert_with(|| scope.clone());
-            Ok((held != scope).then(|| held.clone()))
+            let held = match holder {
+                Holder::Token(t) => b.tokens.entry(t.clone()).or_insert(scope.clone()),
+                Holder::Name(n) => b.names.entry(n.to_owned()).or_insert(scope.clone()),
+            }
+            .clone();
+            Ok((held != *scope).then_some(held))
         }
     }
 
@@ -120,13 +141,14 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(got[0].scope.as_str(), "caller:local");
-        assert_eq!(*store.writes.lock().unwrap(), 2);
+        assert_eq!(*store.writes.lock().unwrap(), 3);
         let again = settle_scopes(&store, &[caller("erp", &["a", "b"])])
             .await
             .unwrap();
         assert_eq!(again[0].scope.as_str(), "caller:local");
         assert!(again[0].unbound.is_empty());
-        assert_eq!(*store.writes.lock().unwrap(), 2);
+        // erp's name is new: bound to the scope its tokens keep.
+        assert_eq!(*store.writes.lock().unwrap(), 4);
     }
 
     #[tokio::test]
@@ -153,7 +175,7 @@ mod tests {
             "{e}"
         );
         let b = store.bound.lock().unwrap();
-        assert_eq!(b[&TokenId("a".into())].as_str(), "caller:erp");
-        assert_eq!(b[&TokenId("b".into())].as_str(), "caller:shop");
+        assert_eq!(b.tokens[&TokenId("a".into())].as_str(), "caller:erp");
+        assert_eq!(b.tokens[&TokenId("b".into())].as_str(), "caller:shop");
     }
 }

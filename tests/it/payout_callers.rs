@@ -148,6 +148,25 @@ async fn a_rotation_through_named_callers_keeps_the_payout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_without_overlap_after_the_move_keeps_the_payout() {
+    let (store, url, fake) = setup("pc_rotate_gap", PATIENT).await;
+    // GIVEN a payout made with t1 under PAYHOOK_PAYOUT_TOKEN, then t1 moved to erp
+    let s = serve(&store, &url, TIMING, &[("PAYHOOK_PAYOUT_TOKEN", TOKEN)]).await;
+    let first = pay(&s, TOKEN, "gap-1", 500).await;
+    drop(s);
+    let erp = format!("erp={TOKEN}");
+    drop(serve(&store, &url, TIMING, &[("PAYHOOK_PAYOUT_CALLERS", &erp)]).await);
+    // WHEN t1 is replaced by t2 in one step (no overlap)
+    let only = format!("erp={OTHER_TOKEN}");
+    let s = serve(&store, &url, TIMING, &[("PAYHOOK_PAYOUT_CALLERS", &only)]).await;
+    let retry = pay(&s, OTHER_TOKEN, "gap-1", 500).await;
+    // THEN erp's recorded name keeps the scope: the same payout, one transfer
+    assert_eq!((retry.payout(), retry.replayed), (first.payout(), true));
+    assert_eq!(total_posts(&fake), 1);
+    assert_eq!(balance(&store, "wallet_c").await, 9_500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_caller_keeps_its_payouts() {
     let (store, url, fake) = setup("pc_rename", PATIENT).await;
     let erp = format!("erp={TOKEN}");
@@ -252,20 +271,36 @@ async fn a_split_is_refused_until_declared_and_the_declaration_keeps_the_old_pay
 
 #[tokio::test]
 async fn a_binding_is_written_once_and_a_second_write_reads_the_first() {
-    use payhook::payouts::callers::{Scope, Scopes, TokenId};
+    use payhook::payouts::callers::{Holder, Scope, Scopes, TokenId};
     let store = store("pc_bind").await;
     let (a, b) = (TokenId(id_of(TOKEN)), TokenId(id_of(OTHER_TOKEN)));
     let (erp, shop) = (Scope::of_name("erp"), Scope::of_name("shop"));
     // GIVEN a bound to erp
-    assert_eq!(store.bind_scope(&a, &erp).await.unwrap(), None);
+    assert_eq!(
+        store.bind_scope(Holder::Token(&a), &erp).await.unwrap(),
+        None
+    );
     // WHEN another start binds it to shop, or to erp again
     // THEN the first binding stands and is what the loser reads
     assert_eq!(
-        store.bind_scope(&a, &shop).await.unwrap(),
+        store.bind_scope(Holder::Token(&a), &shop).await.unwrap(),
         Some(erp.clone())
     );
-    assert_eq!(store.bind_scope(&a, &erp).await.unwrap(), None);
-    let bound = store.bound_scopes(&[a.clone(), b.clone()]).await.unwrap();
-    assert_eq!(bound.len(), 1);
-    assert_eq!(bound[&a], erp);
+    assert_eq!(
+        store.bind_scope(Holder::Token(&a), &erp).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.bind_scope(Holder::Name("erp"), &shop).await.unwrap(),
+        None
+    );
+    let names = ["erp".to_owned(), "other".to_owned()];
+    let bound = store
+        .bound_scopes(&[a.clone(), b.clone(), a.clone()], &names)
+        .await
+        .unwrap();
+    assert_eq!(bound.tokens.len(), 1);
+    assert_eq!(bound.tokens[&a], erp);
+    assert_eq!(bound.names.len(), 1);
+    assert_eq!(bound.names["erp"], shop);
 }

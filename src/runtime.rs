@@ -13,7 +13,7 @@ use crate::metrics::MetricsSink;
 use std::sync::Arc;
 
 use crate::http::live::{LiveProviders, Refresh};
-use crate::http::payouts::{PayoutAccess, PayoutService};
+use crate::http::payouts::{PayoutAccess, PayoutCaller, PayoutService, ScopedCaller};
 use crate::http::{App, ReadAccess};
 use crate::pipeline::{Pipeline, Store};
 use crate::providers::Providers;
@@ -157,6 +157,36 @@ pub fn build_app<S: Store>(config: &Config, store: S) -> Arc<App<S>> {
             }
         },
     })
+}
+
+/// Who may pay out under `payhook serve`: the configured callers, each with the scope its
+/// tokens are bound to in the store (read, judged and bound here, before anything is served;
+/// `crate::payouts::callers`). Off without a payout token. A configuration that would re-scope
+/// keys a retry must find again is the error, with the declaration that resolves it.
+pub async fn serve_payout_access(
+    config: &Config,
+    store: &DynamoStore,
+) -> Result<PayoutAccess, crate::pipeline::callers::ScopeError> {
+    if config.payout_callers.is_empty() {
+        return Ok(PayoutAccess::Off);
+    }
+    let configured: Vec<_> = config
+        .payout_callers
+        .iter()
+        .map(PayoutCaller::configured)
+        .collect();
+    let resolved = crate::pipeline::callers::settle_scopes(store, &configured).await?;
+    let callers = config
+        .payout_callers
+        .iter()
+        .cloned()
+        .zip(resolved)
+        .map(|(caller, r)| {
+            tracing::info!(caller = %caller.name, scope = %r.scope, newly_bound = r.unbound.len(), "payout caller scoped");
+            ScopedCaller::new(caller, r)
+        })
+        .collect();
+    Ok(PayoutAccess::Callers(callers))
 }
 
 /// The payout routes' provider client (the providers whose API key is set) and access.

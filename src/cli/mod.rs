@@ -712,20 +712,17 @@ async fn serve(
     // A server that would reserve payouts and never send one does not start.
     config.check_payout_timing(false)?;
     let access = serve_read_access(addr, read_api, &config)?;
+    // Never open: a route that moves money out needs its token even on loopback. Each caller's
+    // scope is read from the store (and its new tokens bound) before anything is served.
+    let payout_access = crate::runtime::serve_payout_access(&config, &store)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
     let gated = store.clone();
     let mut app = crate::runtime::build_app(&config, store);
     if let Some(a) = Arc::get_mut(&mut app) {
         a.read_access = access.clone();
         a.metrics = metrics;
-        // Never open: a route that moves money out needs its token even on loopback.
-        a.payouts = crate::runtime::payout_service(
-            &config,
-            if config.payout_callers.is_empty() {
-                crate::http::payouts::PayoutAccess::Off
-            } else {
-                crate::http::payouts::PayoutAccess::Callers(config.payout_callers.clone())
-            },
-        );
+        a.payouts = crate::runtime::payout_service(&config, payout_access);
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, read_access = access.describe(), "serving POST /webhooks/{{provider}} and the read routes");

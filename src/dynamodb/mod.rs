@@ -15,6 +15,7 @@ mod payments;
 mod payouts;
 pub mod regions;
 pub mod schema;
+mod scopes;
 mod tables;
 
 use std::sync::Arc;

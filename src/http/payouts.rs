@@ -6,11 +6,13 @@
 //! a configured caller (compared in constant time; missing 401, wrong 403), and without one the
 //! routes are off.
 //!
-//! Keys are the caller's, and a caller is a name, never a credential: the payout id is derived
-//! from the caller's name and the key, so two callers' equal keys are two payouts, and one
-//! caller's retry names the same payout after its token rotated (several tokens may name one
-//! caller) or from another session of the same IAM role (the role is the caller; the
-//! assumed-role session name is dropped).
+//! Keys are the caller's, and a caller is never a credential: the payout id is derived from the
+//! caller's scope and the key, so two callers' equal keys are two payouts, and one caller's
+//! retry names the same payout after its token rotated (several tokens may name one caller) or
+//! from another session of the same IAM role (the role is the caller; the assumed-role session
+//! name is dropped). Under `payhook serve` the scope is what the caller's tokens are bound to in
+//! the store, decided at start ([`crate::payouts::callers`]), so a rename or moving a token
+//! between `PAYHOOK_PAYOUT_TOKEN` and `PAYHOOK_PAYOUT_CALLERS` re-scopes nothing.
 
 use std::sync::Arc;
 
@@ -22,8 +24,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
+use std::collections::BTreeMap;
+
 use super::read::iam_caller;
 use super::{error, App, ReadToken};
+use crate::payouts::callers::{valid_name, Configured, Resolved, Scope, TokenId};
 use crate::payouts::{FieldError, Limits, PayoutId, PayoutRequest, RequestKey, Transfers};
 use crate::pipeline::{PayoutAnswer, PayoutCall, Store};
 use crate::reconcile::HttpProviderApi;
@@ -36,18 +41,25 @@ pub const PAYOUT_ROUTES: [(&str, &str); 2] = [("POST", "/payouts"), ("GET", "/pa
 pub enum PayoutAccess {
     /// IAM principals (Lambda, the default).
     Iam,
-    /// Named callers, each with its bearer tokens (`payhook serve`).
-    Callers(Vec<PayoutCaller>),
+    /// Named callers, each with its bearer tokens and its recorded scope (`payhook serve`).
+    Callers(Vec<ScopedCaller>),
     /// Nobody (`payhook serve` without a payout token).
     Off,
 }
 
 impl PayoutAccess {
-    /// One caller, `local`, with one token.
+    /// One caller, `local`, with one token, scoped `caller:local` (in-process tests; `payhook
+    /// serve` builds its callers from the recorded bindings, [`ScopedCaller::new`]).
     pub fn token(token: ReadToken) -> Self {
-        PayoutAccess::Callers(vec![PayoutCaller {
+        let caller = PayoutCaller {
             name: LOCAL_CALLER.to_owned(),
             tokens: vec![token],
+            declared: None,
+        };
+        PayoutAccess::Callers(vec![ScopedCaller {
+            scope: Scope::of_name(LOCAL_CALLER),
+            earlier: BTreeMap::new(),
+            caller,
         }])
     }
 }
@@ -55,17 +67,41 @@ impl PayoutAccess {
 /// The caller `PAYHOOK_PAYOUT_TOKEN`'s tokens name.
 pub const LOCAL_CALLER: &str = "local";
 
-/// A caller of the payout routes under `payhook serve`: a name (what keys are scoped by) and
-/// the tokens that name it (more than one while a token is rotated).
+/// A caller of the payout routes under `payhook serve`, as configured: a name, the tokens that
+/// name it (more than one while a token is rotated), and the scope declared for it, if any
+/// (`name@caller:other=…`). Its keys' scope is decided at start from the store
+/// ([`ScopedCaller`]), never from the name alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PayoutCaller {
     pub name: String,
     pub tokens: Vec<ReadToken>,
+    pub declared: Option<Scope>,
+}
+
+/// A configured caller with the scope its tokens are bound to (decided once at start).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopedCaller {
+    pub caller: PayoutCaller,
+    /// What its payout ids are derived from.
+    pub scope: Scope,
+    /// Tokens bound to another scope (a declared merge): each one's earlier name.
+    pub earlier: BTreeMap<TokenId, Scope>,
+}
+
+impl ScopedCaller {
+    /// `caller` with the scope [`crate::payouts::callers::resolve`] gave it.
+    pub fn new(caller: PayoutCaller, resolved: Resolved) -> Self {
+        ScopedCaller {
+            caller,
+            scope: resolved.scope,
+            earlier: resolved.earlier,
+        }
+    }
 }
 
 impl PayoutCaller {
     /// `PAYHOOK_PAYOUT_TOKEN` (space-separated tokens of `local`) and `PAYHOOK_PAYOUT_CALLERS`
-    /// (`name=token[,token]`, space-separated). `Err` names the variable and the reason.
+    /// (`name[@scope]=token[,token]`, space-separated). `Err` names the variable and the reason.
     pub fn from_env(
         token: Option<&str>,
         callers: Option<&str>,
@@ -80,19 +116,25 @@ impl PayoutCaller {
             out.push(PayoutCaller {
                 name: LOCAL_CALLER.to_owned(),
                 tokens: tokens("PAYHOOK_PAYOUT_TOKEN", &mut v.split_whitespace())?,
+                declared: None,
             });
         }
         const NAME: &str = "PAYHOOK_PAYOUT_CALLERS";
         for entry in callers.unwrap_or("").split_whitespace() {
-            let (name, list) = entry
+            let (head, list) = entry
                 .split_once('=')
-                .ok_or((NAME, "each caller is name=token[,token]"))?;
-            let valid = !name.is_empty()
-                && name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !valid {
+                .ok_or((NAME, "each caller is name[@scope]=token[,token]"))?;
+            let (name, declared) = match head.split_once('@') {
+                None => (head, None),
+                Some((name, scope)) => (
+                    name,
+                    Some(Scope::parse(scope).ok_or((
+                        NAME,
+                        "a declared scope is caller: and 1 to 64 letters, digits, - or _",
+                    ))?),
+                ),
+            };
+            if !valid_name(name) {
                 return Err((NAME, "a caller's name is 1 to 64 letters, digits, - or _"));
             }
             if out.iter().any(|c: &PayoutCaller| c.name == name) {
@@ -101,9 +143,20 @@ impl PayoutCaller {
             out.push(PayoutCaller {
                 name: name.to_owned(),
                 tokens: tokens(NAME, &mut list.split(','))?,
+                declared,
             });
         }
         Ok(out)
+    }
+
+    /// What [`crate::payouts::callers::resolve`] judges: the name, the tokens by digest id, the
+    /// declaration.
+    pub fn configured(&self) -> Configured {
+        Configured {
+            name: self.name.clone(),
+            tokens: self.tokens.iter().map(|t| TokenId(t.id())).collect(),
+            declared: self.declared.clone(),
+        }
     }
 }
 
@@ -194,15 +247,21 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<Caller, Box<Response>>
                     Err(Box::new(res))
                 }
                 Some(t) => match matching(callers, t) {
-                    Some(c) => Ok(Caller {
-                        name: format!("caller:{}", c.name),
-                        // Before callers were named, the scope was the token's own id.
-                        aliases: c
+                    Some((c, presented)) => {
+                        let presented = TokenId(presented.id());
+                        // A token bound to another scope (a declared merge) finds what it made
+                        // there; before callers were named, the scope was the token's own id.
+                        let earlier = c.earlier.get(&presented).map(|s| s.to_string());
+                        let legacy = c
+                            .caller
                             .tokens
                             .iter()
-                            .map(|tok| format!("token:{}", tok.id()))
-                            .collect(),
-                    }),
+                            .map(|tok| format!("token:{}", tok.id()));
+                        Ok(Caller {
+                            name: c.scope.to_string(),
+                            aliases: earlier.into_iter().chain(legacy).collect(),
+                        })
+                    }
                     None => Err(Box::new(error(
                         StatusCode::FORBIDDEN,
                         "forbidden",
@@ -219,14 +278,17 @@ fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<Caller, Box<Response>>
     }
 }
 
-/// The caller whose token `presented` is. Every token is compared (in constant time), so the
-/// time taken says nothing about which caller or token came close.
-fn matching<'a>(callers: &'a [PayoutCaller], presented: &str) -> Option<&'a PayoutCaller> {
+/// The caller whose token `presented` is, and that token. Every token is compared (in constant
+/// time), so the time taken says nothing about which caller or token came close.
+fn matching<'a>(
+    callers: &'a [ScopedCaller],
+    presented: &str,
+) -> Option<(&'a ScopedCaller, &'a ReadToken)> {
     let mut found = None;
     for c in callers {
-        for t in &c.tokens {
+        for t in &c.caller.tokens {
             if t.matches(presented) && found.is_none() {
-                found = Some(c);
+                found = Some((c, t));
             }
         }
     }

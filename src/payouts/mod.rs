@@ -20,6 +20,7 @@
 //! Statuses only move right in the order `reserved < sent < failed < paid < reversed`, so each
 //! final word is applied at most once and every order of the provider's words converges.
 
+pub mod callers;
 pub mod calls;
 
 use std::collections::BTreeMap;

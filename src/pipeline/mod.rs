@@ -2,6 +2,7 @@
 //! Knows neither HTTP nor DynamoDB: it answers with an [`Answer`] (status + body) that the http
 //! layer sends and the claim stores for replay.
 
+pub mod callers;
 mod cancels;
 mod credits;
 mod disputes;

@@ -25,6 +25,7 @@ mod layers;
 mod lifecycle;
 mod money;
 mod moto;
+mod payout_callers;
 mod payout_providers;
 mod payout_words;
 mod payouts;

@@ -23,17 +23,17 @@ fn seen(fake: &Shared, reference: &str) -> Seen {
     fake.lock().unwrap().seen(reference)
 }
 
-fn total_posts(fake: &Shared) -> usize {
+pub(crate) fn total_posts(fake: &Shared) -> usize {
     fake.lock().unwrap().total_posts()
 }
 
 // ------------------------------------------------------------------------------- the binary
 
-const TOKEN: &str = "payout-token-for-the-provider-tests-0001";
-const OTHER_TOKEN: &str = "payout-token-for-the-provider-tests-0002";
+pub(crate) const TOKEN: &str = "payout-token-for-the-provider-tests-0001";
+pub(crate) const OTHER_TOKEN: &str = "payout-token-for-the-provider-tests-0002";
 
 /// A `payhook serve` child, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     child: std::process::Child,
     port: u16,
 }
@@ -45,7 +45,7 @@ impl Drop for Serve {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -55,7 +55,12 @@ fn free_port() -> u16 {
 
 /// Starts `payhook serve` on `store`'s tables, paying out through the fake at `url`, with the
 /// lease, call bound and visibility window given (and `extra` variables).
-async fn serve(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str, &str)]) -> Serve {
+pub(crate) async fn serve(
+    store: &DynamoStore,
+    url: &str,
+    timing: Timing,
+    extra: &[(&str, &str)],
+) -> Serve {
     let port = free_port();
     let child = serve_command(store, url, timing, extra, port)
         .spawn()
@@ -84,7 +89,8 @@ fn serve_refused(store: &DynamoStore, url: &str, timing: Timing, extra: &[(&str,
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn serve_command(
+/// The `payhook serve` command [`serve`] runs, on `port`, its output discarded.
+pub(crate) fn serve_command(
     store: &DynamoStore,
     url: &str,
     timing: Timing,
@@ -120,35 +126,35 @@ fn serve_command(
 }
 
 /// The fake provider, judging overlaps by payhook's bound in `timing`.
-async fn fake_provider(b: Behaviour, timing: Timing) -> (String, Shared) {
+pub(crate) async fn fake_provider(b: Behaviour, timing: Timing) -> (String, Shared) {
     common::transfer_api::start(b, timing.bound_ms).await
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Timing {
-    lease_ms: u64,
-    bound_ms: u64,
-    visibility_ms: u64,
+pub(crate) struct Timing {
+    pub lease_ms: u64,
+    pub bound_ms: u64,
+    pub visibility_ms: u64,
 }
 
 impl Timing {
     /// How long a call's fence holds: its bound, the clock margin, and the store clock's second.
-    fn fence_ms(self) -> u64 {
+    pub fn fence_ms(self) -> u64 {
         self.bound_ms + payhook::payouts::calls::CALL_MARGIN_MS as u64 + 1_000
     }
 }
 
 /// An answer over HTTP: status, the headers that matter, the body.
 #[derive(Debug, Clone)]
-struct Answer {
-    status: u16,
-    replayed: bool,
-    payout_status: Option<String>,
-    body: Value,
+pub(crate) struct Answer {
+    pub status: u16,
+    pub replayed: bool,
+    pub payout_status: Option<String>,
+    pub body: Value,
 }
 
 impl Answer {
-    fn payout(&self) -> String {
+    pub fn payout(&self) -> String {
         self.body["payout"].as_str().unwrap_or_default().to_owned()
     }
 }
@@ -198,7 +204,13 @@ fn payout_body(account: &str, amount: i64) -> String {
     .to_string()
 }
 
-async fn pay_with(s: &Serve, token: &str, key: &str, account: &str, amount: i64) -> Option<Answer> {
+pub(crate) async fn pay_with(
+    s: &Serve,
+    token: &str,
+    key: &str,
+    account: &str,
+    amount: i64,
+) -> Option<Answer> {
     let auth = format!("Bearer {token}");
     http(
         s.port,
@@ -227,7 +239,7 @@ fn one_story(a: &Answer) {
     }
 }
 
-async fn balance(store: &DynamoStore, account: &str) -> i64 {
+pub(crate) async fn balance(store: &DynamoStore, account: &str) -> i64 {
     let b = store
         .balance(&AccountId::parse(account).unwrap())
         .await
@@ -238,7 +250,7 @@ async fn balance(store: &DynamoStore, account: &str) -> i64 {
         .unwrap_or(0)
 }
 
-async fn fund(app: &Arc<App<DynamoStore>>, account: &str, amount: i64) {
+pub(crate) async fn fund(app: &Arc<App<DynamoStore>>, account: &str, amount: i64) {
     let reference = format!("pay_{account}");
     let body = payment_body(
         &format!("evt_{account}"),
@@ -272,7 +284,13 @@ async fn paystack_webhook(s: &Serve, body: &str) -> Answer {
 }
 
 /// A generic-signed settlement webhook about `payout`, posted to the serve process.
-async fn generic_word(s: &Serve, event: &str, payout: &str, amount: i64, n: usize) -> Answer {
+pub(crate) async fn generic_word(
+    s: &Serve,
+    event: &str,
+    payout: &str,
+    amount: i64,
+    n: usize,
+) -> Answer {
     let body = event_body(
         &format!("evt_{event}_{payout}_{n}"),
         event,

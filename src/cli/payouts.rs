@@ -89,17 +89,27 @@ pub async fn run(
             let key = usage("--key", RequestKey::parse(&key))?;
             let who = operator();
             let pipeline = Pipeline::new(store);
+            let call = PayoutCall {
+                caller: &who,
+                key: &key,
+                request: &request,
+                lease_ms: config.lease_ms.min(config.max_lease_ms),
+                aliases: &[],
+            };
+            // As the API: an amount the provider cannot carry is refused before any write,
+            // unless the key already names a payout (then it is told as it is).
+            let units = crate::providers::units_of(request.provider);
+            if let Err(e) = units.to_api(request.money) {
+                let named = pipeline
+                    .names_a_payout(&call)
+                    .await
+                    .map_err(|e| CliError::Other(e.to_string()))?;
+                if !named {
+                    return Err(CliError::Usage(format!("--amount: {e}")));
+                }
+            }
             let answer = pipeline
-                .payout(
-                    &api,
-                    PayoutCall {
-                        caller: &who,
-                        key: &key,
-                        request: &request,
-                        lease_ms: config.lease_ms.min(config.max_lease_ms),
-                        aliases: &[],
-                    },
-                )
+                .payout(&api, call)
                 .await
                 .map_err(|e| CliError::Other(e.to_string()))?;
             let detail = json!({"payout": answer.payout.as_ref().map(PayoutId::as_str),

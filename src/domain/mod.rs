@@ -11,7 +11,7 @@ pub use event::{
     NormalisedEvent, Operation, PaymentFacts, ProviderId, Recipient, Reference, RefundFacts,
     StateFacts, TextError, TransferFacts, TransferState, UnpricedDispute, UnpricedRefund,
 };
-pub use money::{Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
+pub use money::{decimal_units, Currency, MinorUnits, Money, MoneyError, MAX_AMOUNT_MINOR};
 pub use payment::PaymentStatus;
 
 /// The largest body accepted, well under DynamoDB's 400 KB item limit so the raw body fits in

@@ -205,6 +205,26 @@ fn invalid(e: &FieldError) -> Response {
         .into_response()
 }
 
+/// 422: the provider's API cannot be asked for this amount (its unit table, docs/payouts.md).
+fn unrepresentable(
+    request: &PayoutRequest,
+    e: &crate::providers::units::Unrepresentable,
+) -> Response {
+    let body = json!({
+        "error": "unrepresentable_amount",
+        "field": "amount",
+        "provider": request.provider.as_str(),
+        "currency": request.money.currency.as_str(),
+        "message": e.to_string(),
+    });
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 /// The caller, or the refusal.
 fn caller<S>(app: &App<S>, req: &Request<Body>) -> Result<Caller, Box<Response>> {
     let Some(service) = &app.payouts else {
@@ -350,6 +370,16 @@ async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) ->
         lease_ms,
         aliases: &who.aliases,
     };
+    // Before anything is written: an amount the provider's API cannot carry exactly is the
+    // caller's to change (rounding a payout is not ours to do), never a debit sent wrongly.
+    // A retry of a payout opened before the table refused its amount is answered as it is.
+    if let Err(e) = crate::providers::units_of(request.provider).to_api(request.money) {
+        match app.pipeline.names_a_payout(&call).await {
+            Ok(true) => {}
+            Ok(false) => return unrepresentable(&request, &e),
+            Err(e) => return store_unavailable(&e),
+        }
+    }
     match app.pipeline.payout(&service.api, call).await {
         Ok(answer) => {
             crate::audit::record(
@@ -370,15 +400,18 @@ async fn create<S: Store>(State(app): State<Arc<App<S>>>, req: Request<Body>) ->
             );
             respond(answer)
         }
-        Err(e) => {
-            tracing::error!(error = ?e, "payout failed; the key's retry resumes it");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                "retry later with the same Idempotency-Key",
-            )
-        }
+        Err(e) => store_unavailable(&e),
     }
+}
+
+/// 503: the store failed under the request; the key's retry resumes it.
+fn store_unavailable(e: &crate::pipeline::PipelineError) -> Response {
+    tracing::error!(error = ?e, "payout failed; the key's retry resumes it");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+        "retry later with the same Idempotency-Key",
+    )
 }
 
 /// A payout's record as `GET /payouts/{payout}` and `payhook payouts show` give it: with the

@@ -405,7 +405,8 @@ impl<S: Store> Pipeline<S> {
                 .payment(current.provider, payment_reference)
                 .await?;
             if let Some(currency) = payment.and_then(|p| p.currency) {
-                match crate::domain::Money::from_major_decimal(amount_major, currency) {
+                let units = crate::providers::units_of(current.provider);
+                match units.from_api_decimal(amount_major, currency) {
                     Ok(money) => {
                         out = current.kind.priced(money).map(|kind| NormalisedEvent {
                             kind,

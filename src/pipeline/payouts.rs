@@ -182,6 +182,14 @@ impl<S: Store> Pipeline<S> {
         }
     }
 
+    /// Whether the caller's key already names a payout (its claim exists): a request refused
+    /// before any write (an amount its provider cannot carry, by today's table) is still
+    /// answered as the payout it names when an earlier attempt opened one.
+    pub async fn names_a_payout(&self, call: &PayoutCall<'_>) -> Result<bool, PipelineError> {
+        let id = self.payout_id(call).await?;
+        Ok(self.store.get_claim(&id.claim_key()).await?.is_some())
+    }
+
     /// The payout a caller's key names: the one already opened under an earlier name of the
     /// caller (a request in flight across the release that named callers), else the caller's.
     async fn payout_id(&self, call: &PayoutCall<'_>) -> Result<PayoutId, PipelineError> {

@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderConfigError, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
@@ -46,6 +47,15 @@ const SECRETS: &str = "PAYHOOK_ADYEN_SECRETS";
 const BASIC_AUTH: &str = "PAYHOOK_ADYEN_BASIC_AUTH";
 const ACCOUNT_KEY: &str = "PAYHOOK_ADYEN_ACCOUNT_KEY";
 const CREDIT_ON: &str = "PAYHOOK_ADYEN_CREDIT_ON";
+
+/// Adyen's minor units (docs.adyen.com/development-resources/currency-codes): "for CLP, CVE,
+/// IDR, and ISK the standard has a different number of decimals than shown in our currency
+/// codes table ... the decimals in the table on this page are leading": CLP and ISK 2, CVE and
+/// IDR 0.
+pub const UNITS: Units = Units {
+    exponents: &[("CLP", 2), ("CVE", 0), ("IDR", 0), ("ISK", 2)],
+    ..super::units::ISO
+};
 
 pub const DEF: ProviderDef = ProviderDef {
     id: ID,
@@ -86,6 +96,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ("PAYHOOK_ADYEN_BASIC_AUTH_ARN", BASIC_AUTH, false),
     ],
     transfers: None,
+    units: &UNITS,
     // No API variables: Adyen has no payment lookup by merchant reference that fits
     // reconciliation's question (it retries its webhooks for days; its reports are the team's
     // backstop), so reconciliation never asks it.
@@ -220,8 +231,9 @@ impl Adyen {
     fn item(&self, f: &Fields<'_>) -> Result<EventKind, PayloadError> {
         let code = f.str("eventCode")?;
         let success = f.str("success")? == "true";
-        let money =
-            || -> Result<Money, PayloadError> { f.money("amount.value", "amount.currency") };
+        let money = || -> Result<Money, PayloadError> {
+            f.money(&UNITS, "amount.value", "amount.currency")
+        };
         let merchant_ref = || f.reference("merchantReference");
         let original = || f.reference("originalReference");
         let refund = || -> Result<RefundFacts, PayloadError> {
@@ -298,7 +310,7 @@ impl Adyen {
         Ok(EventKind::PaymentSucceeded(PaymentFacts {
             reference: f.reference("merchantReference")?,
             account,
-            money: f.money("amount.value", "amount.currency")?,
+            money: f.money(&UNITS, "amount.value", "amount.currency")?,
         }))
     }
 }
@@ -474,6 +486,31 @@ mod tests {
             Adyen::signed(&item),
             "ZVWN7D3WSMK2WN82::AntoniStroinski:\\:/\\/slashes are fun:1000:EUR:AUTHORISATION:true"
         );
+    }
+
+    #[test]
+    fn amounts_are_read_by_adyens_own_currency_table() {
+        let key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+        let a = Adyen::new(key, None, "account", false).unwrap();
+        let read = |currency: &str, value: i64| {
+            let mut item = serde_json::json!({
+                "amount": {"currency": currency, "value": value}, "eventCode": "AUTHORISATION",
+                "merchantAccountCode": "Acme", "merchantReference": "order-1",
+                "pspReference": "PSP1", "success": "true"});
+            item["additionalData"] = serde_json::json!({"hmacSignature": a.sign_item(&item)});
+            match a.normalise(item.to_string().as_bytes()).map(|e| e.kind) {
+                Ok(EventKind::PaymentSucceeded(p)) => Ok(p.money.amount.get()),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        // CLP and ISK carry 2 decimals at Adyen (ISO 0); CVE and IDR none (ISO 2).
+        assert_eq!(read("CLP", 10_000).ok(), Some(100));
+        assert!(read("CLP", 10_050).is_err(), "not a whole peso");
+        assert_eq!(read("ISK", 500_000).ok(), Some(5_000));
+        assert_eq!(read("IDR", 5_000).ok(), Some(500_000));
+        assert_eq!(read("CVE", 70).ok(), Some(7_000));
+        assert_eq!(read("EUR", 1_000).ok(), Some(1_000));
     }
 
     #[test]

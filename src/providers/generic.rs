@@ -8,7 +8,8 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
-use super::transfers::{error_text, ApiCall, TransferDef};
+use super::transfers::{api_amount, error_text, ApiCall, TransferDef};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
@@ -24,6 +25,9 @@ impl ProviderId {
 }
 
 const SECRETS: &str = "PAYHOOK_GENERIC_SECRETS";
+
+/// payhook's own protocol: ISO 4217 minor units.
+const UNITS: Units = super::units::ISO;
 
 pub const DEF: ProviderDef = ProviderDef {
     id: ID,
@@ -63,6 +67,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ("PAYHOOK_GENERIC_API_KEY_ARN", "PAYHOOK_GENERIC_API_KEY", false),
     ],
     transfers: Some(TRANSFERS),
+    units: &UNITS,
     api: ApiDef {
         url_var: "PAYHOOK_GENERIC_API_URL",
         default_base_url: None,
@@ -81,7 +86,7 @@ pub const TRANSFERS: TransferDef = TransferDef {
     send: |call| {
         let body = serde_json::json!({
             "reference": call.payout.as_str(),
-            "amount": call.money.amount.get(),
+            "amount": api_amount(&UNITS, call.money)?.units,
             "currency": call.money.currency.as_str(),
             "destination": call.destination,
             "narration": call.narration,
@@ -108,7 +113,7 @@ pub const TRANSFERS: TransferDef = TransferDef {
             PayloadError::invalid("status", "is not pending, success, failed or reversed")
         })?;
         Ok(TransferAnswer::Known(
-            TransferWord::new(state, status).with_money(f.opt_money("amount", "currency")?),
+            TransferWord::new(state, status).with_money(f.opt_money(&UNITS, "amount", "currency")?),
         ))
     },
     held: |_, body| error_text(body, &["error", "code"]).contains("duplicate_reference"),
@@ -232,7 +237,7 @@ impl Provider for Generic {
                 reference: f.reference("data.reference")?,
                 // Absent: the payment's registered account (or the default) is credited.
                 account: f.opt_account("data.account")?,
-                money: f.money("data.amount", "data.currency")?,
+                money: f.money(&UNITS, "data.amount", "data.currency")?,
             }),
             "payment.processing" => state(&f, PaymentStatus::Processing)?,
             "payment.failed" => state(&f, PaymentStatus::Failed)?,
@@ -270,7 +275,7 @@ impl Provider for Generic {
             "succeeded" => Ok(ProviderTruth::Succeeded(PaymentFacts {
                 reference: reference.clone(),
                 account: f.opt_account("account")?,
-                money: f.money("amount", "currency")?,
+                money: f.money(&UNITS, "amount", "currency")?,
             })),
             "canceled" => Ok(ProviderTruth::Failed {
                 status: "canceled".into(),
@@ -288,7 +293,7 @@ fn transfer(f: &Fields<'_>, state: TransferState, status: &str) -> Result<EventK
         state,
         provider_status: status.to_owned(),
         // Compared with the payout's own before the word moves it.
-        money: f.opt_money("data.amount", "data.currency")?,
+        money: f.opt_money(&UNITS, "data.amount", "data.currency")?,
         // The generic destination is the sender's own shape: nothing to compare.
         recipient: None,
     }))
@@ -298,7 +303,7 @@ fn refund(f: &Fields<'_>) -> Result<RefundFacts, PayloadError> {
     Ok(RefundFacts {
         refund_reference: f.reference("data.reference")?,
         payment_reference: f.reference("data.payment_reference")?,
-        money: f.money("data.amount", "data.currency")?,
+        money: f.money(&UNITS, "data.amount", "data.currency")?,
     })
 }
 
@@ -309,7 +314,7 @@ fn dispute(f: &Fields<'_>, movement: DisputeMovement) -> Result<EventKind, Paylo
         facts: DisputeFacts {
             dispute: f.reference("data.dispute")?,
             payment_reference: f.reference("data.reference")?,
-            money: f.money("data.amount", "data.currency")?,
+            money: f.money(&UNITS, "data.amount", "data.currency")?,
         },
         movement,
     })
@@ -320,7 +325,7 @@ fn state(f: &Fields<'_>, to: PaymentStatus) -> Result<EventKind, PayloadError> {
         facts: StateFacts {
             reference: f.reference("data.reference")?,
             account: f.opt_account("data.account")?,
-            money: f.opt_money("data.amount", "data.currency")?,
+            money: f.opt_money(&UNITS, "data.amount", "data.currency")?,
         },
         to,
     })

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::units::Units;
 use super::PayloadError;
 use crate::domain::{AccountId, Currency, Money, Reference};
 
@@ -151,23 +152,32 @@ impl<'a> Fields<'a> {
         Currency::parse(self.str(path)?).map_err(|e| PayloadError::invalid(path, e.to_string()))
     }
 
-    /// Minor units at `amount_path` in the currency at `currency_path`.
-    pub fn money(&self, amount_path: &str, currency_path: &str) -> Result<Money, PayloadError> {
+    /// The integer at `amount_path`, in the provider's API unit (`units`, its table) of the
+    /// currency at `currency_path`, as payhook's money: the one way a provider's amount is read.
+    pub fn money(
+        &self,
+        units: &Units,
+        amount_path: &str,
+        currency_path: &str,
+    ) -> Result<Money, PayloadError> {
         let amount = self.int(amount_path)?;
         let currency = self.currency(currency_path)?;
-        Money::new(amount, currency).map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
+        units
+            .from_api(amount, currency)
+            .map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
     }
 
     /// Money when the amount is present, for state-only events where it is optional.
     pub fn opt_money(
         &self,
+        units: &Units,
         amount_path: &str,
         currency_path: &str,
     ) -> Result<Option<Money>, PayloadError> {
         if self.get(amount_path).is_none() && self.get(currency_path).is_none() {
             return Ok(None);
         }
-        self.money(amount_path, currency_path).map(Some)
+        self.money(units, amount_path, currency_path).map(Some)
     }
 }
 

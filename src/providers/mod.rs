@@ -16,6 +16,7 @@ pub mod razorpay;
 pub mod signature;
 pub mod stripe;
 pub mod transfers;
+pub mod units;
 
 use std::collections::BTreeMap;
 
@@ -311,6 +312,9 @@ pub struct ProviderDef {
     pub source_ips: &'static str,
     /// How its API sends and tells about transfers (payouts), if payhook pays out through it.
     pub transfers: Option<transfers::TransferDef>,
+    /// Its API's unit for every currency, both ways: each amount it sends in is read through
+    /// this table and each amount payhook sends it is written through it ([`units`]).
+    pub units: &'static units::Units,
     /// Whether its events may also arrive through Amazon EventBridge (a partner event source,
     /// authenticated by AWS rather than by a signature).
     pub event_source: Option<EventSourceDef>,
@@ -444,6 +448,11 @@ pub fn def(id: ProviderId) -> Option<&'static ProviderDef> {
 /// The registered provider named `name`.
 pub fn registered(name: &str) -> Option<ProviderId> {
     REGISTRY.iter().map(|d| d.id).find(|id| id.as_str() == name)
+}
+
+/// The unit table of `provider`'s API (ISO 4217 for one payhook does not know).
+pub fn units_of(provider: ProviderId) -> &'static units::Units {
+    def(provider).map_or(&units::ISO, |d| d.units)
 }
 
 /// Every registered provider, in registry order.

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
@@ -30,6 +31,10 @@ impl ProviderId {
 
 const SECRETS: &str = "PAYHOOK_RAZORPAY_SECRETS";
 const ACCOUNT_KEY: &str = "PAYHOOK_RAZORPAY_ACCOUNT_KEY";
+
+/// Razorpay's amounts are "in the currency subunit" (paise); it documents no currency whose
+/// subunit departs from ISO's.
+const UNITS: Units = super::units::ISO;
 
 pub const DEF: ProviderDef = ProviderDef {
     id: ID,
@@ -68,6 +73,7 @@ pub const DEF: ProviderDef = ProviderDef {
     ],
     // Razorpay payouts go through RazorpayX, a separate product: not served.
     transfers: None,
+    units: &UNITS,
     api: ApiDef {
         url_var: "PAYHOOK_RAZORPAY_API_URL",
         default_base_url: Some("https://api.razorpay.com"),
@@ -120,7 +126,7 @@ impl Razorpay {
     fn payment(&self, f: &Fields<'_>, entity: &str) -> Result<EventKind, PayloadError> {
         let path = |field: &str| format!("{entity}.{field}");
         let reference = f.reference(&path("id"))?;
-        let money = f.money(&path("amount"), &path("currency"))?;
+        let money = f.money(&UNITS, &path("amount"), &path("currency"))?;
         let account = self.account(f, &path("notes"))?;
         Ok(match f.str(&path("status"))? {
             "captured" | "refunded" => EventKind::PaymentSucceeded(PaymentFacts {
@@ -154,6 +160,7 @@ fn refund(f: &Fields<'_>) -> Result<RefundFacts, PayloadError> {
         refund_reference: f.reference("payload.refund.entity.id")?,
         payment_reference: f.reference("payload.refund.entity.payment_id")?,
         money: f.money(
+            &UNITS,
             "payload.refund.entity.amount",
             "payload.refund.entity.currency",
         )?,

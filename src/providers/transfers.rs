@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::units::{ApiAmount, Units};
 use super::PayloadError;
 use crate::domain::{Money, TransferState};
 use crate::payouts::{PayoutId, TransferAnswer, TransferCall, TransferWord};
@@ -51,20 +52,33 @@ pub fn json_body(call: &TransferCall<'_>, own: &[(&str, Value)]) -> Vec<u8> {
     Value::Object(body).to_string().into_bytes()
 }
 
-/// `12.50` for 1250 minor units of a 2-decimal currency (Flutterwave's amounts).
-pub fn major_decimal(money: Money) -> String {
-    let exp = u32::from(money.currency.exponent());
-    let amount = money.amount.get();
-    if exp == 0 {
-        return amount.to_string();
+/// `money` in the provider's unit (its [`Units`] table): a payout the table refuses never
+/// reaches the provider (the API refused it with 422 already; this holds for a payout accepted
+/// before the table said so).
+pub fn api_amount(units: &Units, money: Money) -> Result<ApiAmount, PayloadError> {
+    units
+        .to_api(money)
+        .map_err(|e| PayloadError::invalid("amount", e.to_string()))
+}
+
+/// A major-unit JSON number exactly as [`ApiAmount::decimal`] writes it: an integer when there
+/// is no fraction, else the double whose shortest form is that decimal (the table keeps the
+/// digits within what a double carries exactly).
+pub fn major_number(amount: ApiAmount) -> Result<Value, PayloadError> {
+    let scale = 10_i64.pow(u32::from(amount.exponent));
+    if amount.units % scale == 0 {
+        return Ok(Value::from(amount.units / scale));
     }
-    let scale = 10_i64.pow(exp);
-    format!(
-        "{}.{:0width$}",
-        amount / scale,
-        amount % scale,
-        width = exp as usize
-    )
+    let decimal = amount.decimal();
+    decimal
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .filter(|n| n.to_string() == decimal.trim_end_matches('0'))
+        .map(Value::Number)
+        .ok_or_else(|| {
+            PayloadError::invalid("amount", format!("{decimal} is not exact as a JSON number"))
+        })
 }
 
 /// A state word that names neither money nor recipient.
@@ -95,11 +109,18 @@ mod tests {
     use crate::domain::Currency;
 
     #[test]
-    fn major_decimals_are_exact() {
-        let m = |a, c| Money::new(a, Currency::parse(c).unwrap()).unwrap();
-        assert_eq!(major_decimal(m(1250, "NGN")), "12.50");
-        assert_eq!(major_decimal(m(5, "USD")), "0.05");
-        assert_eq!(major_decimal(m(700, "JPY")), "700");
-        assert_eq!(major_decimal(m(1001, "KWD")), "1.001");
+    fn major_numbers_are_exact() {
+        let n = |units, exponent| {
+            major_number(ApiAmount { units, exponent })
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(n(1250, 2), "12.5");
+        assert_eq!(n(1200, 2), "12");
+        assert_eq!(n(5, 2), "0.05");
+        assert_eq!(n(700, 0), "700");
+        assert_eq!(n(1001, 3), "1.001");
+        assert_eq!(n(999_999_999_999_999, 2), "9999999999999.99");
+        let _ = Currency::parse("NGN");
     }
 }

@@ -27,6 +27,7 @@ mod money;
 mod moto;
 mod payout_callers;
 mod payout_providers;
+mod payout_units;
 mod payout_words;
 mod payouts;
 mod payouts_model;

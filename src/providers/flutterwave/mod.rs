@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha256, Secret};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{
     single_header, PayloadError, Provider, ProviderConfigError, ProviderTruth, SignatureError,
@@ -42,6 +43,15 @@ const SECRETS: &str = "PAYHOOK_FLUTTERWAVE_SECRETS";
 const V4_SECRETS: &str = "PAYHOOK_FLUTTERWAVE_V4_SECRETS";
 const ACCOUNT_KEY: &str = "PAYHOOK_FLUTTERWAVE_ACCOUNT_KEY";
 const REFERENCE: &str = "PAYHOOK_FLUTTERWAVE_REFERENCE";
+
+/// Flutterwave's amounts are major-unit JSON numbers ("amount: 200, currency: NGN" for 200
+/// naira), decimals at the currency's ISO exponent. A JSON number is read as an IEEE double by
+/// most parsers: 15 significant digits are the most it carries exactly, so a larger payout is
+/// refused rather than sent as a neighbour of itself.
+pub const UNITS: Units = Units {
+    max_out_units: 999_999_999_999_999,
+    ..super::units::ISO
+};
 
 pub const DEF: ProviderDef = ProviderDef {
     id: ID,
@@ -98,6 +108,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ("PAYHOOK_FLUTTERWAVE_API_KEY_ARN", "PAYHOOK_FLUTTERWAVE_API_KEY", false),
     ],
     transfers: Some(transfers::TRANSFERS),
+    units: &UNITS,
     api: ApiDef {
         url_var: "PAYHOOK_FLUTTERWAVE_API_URL",
         default_base_url: Some("https://api.flutterwave.com"),
@@ -474,7 +485,8 @@ pub(super) fn flutterwave_money(f: &Fields<'_>, text: &str) -> Result<Money, Pay
     let currency = f.currency("data.currency")?;
     let raw = raw_at(text, &["data", "amount"])
         .ok_or_else(|| PayloadError::invalid(AMOUNT, "is required"))?;
-    Money::from_major_decimal(raw.trim(), currency)
+    UNITS
+        .from_api_decimal(raw.trim(), currency)
         .map_err(|e| PayloadError::invalid(AMOUNT, e.to_string()))
 }
 

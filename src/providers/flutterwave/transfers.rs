@@ -15,16 +15,16 @@ use serde_json::Value;
 use crate::domain::{Currency, EventKind, Money, Recipient, TransferFacts, TransferState};
 use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{error_text, json_body, major_decimal, ApiCall, TransferDef};
+use crate::providers::transfers::{
+    api_amount, error_text, json_body, major_number, ApiCall, TransferDef,
+};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
     send: |call| {
+        let amount = major_number(api_amount(&super::UNITS, call.money)?)?;
         let mut own = vec![
-            (
-                "amount",
-                Value::from(major_decimal(call.money).parse::<f64>().unwrap_or(0.0)),
-            ),
+            ("amount", amount),
             ("currency", Value::from(call.money.currency.as_str())),
             ("reference", Value::from(call.payout.as_str())),
         ];
@@ -89,7 +89,8 @@ pub const TRANSFERS: TransferDef = TransferDef {
 };
 
 /// The money of a transfer object in an API answer: `amount` in major units. serde_json keeps
-/// a decimal as the shortest float that reads back the same, so `1250.5` prints as written.
+/// a decimal as the shortest float that reads back the same, so `1250.5` prints as written
+/// (exact to 15 significant digits, the most [`super::UNITS`] sends).
 fn answered_money(f: &Fields<'_>) -> Result<Option<Money>, PayloadError> {
     let (Some(amount), Some(code)) = (f.get("amount"), f.opt_str("currency")?) else {
         return Ok(None);
@@ -99,7 +100,8 @@ fn answered_money(f: &Fields<'_>) -> Result<Option<Money>, PayloadError> {
     let Value::Number(n) = amount else {
         return Err(PayloadError::invalid("amount", "must be a number"));
     };
-    Money::from_major_decimal(&n.to_string(), currency)
+    super::UNITS
+        .from_api_decimal(&n.to_string(), currency)
         .map(Some)
         .map_err(|e| PayloadError::invalid("amount", e.to_string()))
 }

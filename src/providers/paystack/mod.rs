@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::json::{parse_object, Fields};
 use super::signature::{ct_eq, hmac_sha512, Secret};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
@@ -34,6 +35,13 @@ impl ProviderId {
 
 const SECRETS: &str = "PAYHOOK_PAYSTACK_SECRETS";
 const ACCOUNT_KEY: &str = "PAYHOOK_PAYSTACK_ACCOUNT_KEY";
+
+/// Paystack's amounts are "in the subunit of the supported currency" (kobo, pesewas, cents),
+/// ISO's minor unit; it transfers in NGN, GHS, KES and ZAR only (`TransferInitiate.currency`).
+pub const UNITS: Units = Units {
+    out_currencies: Some(&["NGN", "GHS", "KES", "ZAR"]),
+    ..super::units::ISO
+};
 
 pub const DEF: ProviderDef = ProviderDef {
     id: ID,
@@ -77,6 +85,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ("PAYHOOK_PAYSTACK_API_KEY_ARN", "PAYHOOK_PAYSTACK_API_KEY", false),
     ],
     transfers: Some(transfers::TRANSFERS),
+    units: &UNITS,
     api: ApiDef {
         url_var: "PAYHOOK_PAYSTACK_API_URL",
         default_base_url: Some("https://api.paystack.co"),
@@ -319,7 +328,9 @@ pub fn paystack_money(
         _ => f.int(amount_path)?,
     };
     let currency = f.currency(currency_path)?;
-    Money::new(amount, currency).map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
+    UNITS
+        .from_api(amount, currency)
+        .map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
 }
 
 fn digits(s: &str) -> Option<i64> {

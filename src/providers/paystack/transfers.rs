@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::domain::{EventKind, Recipient, TransferFacts, TransferState};
 use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{error_text, json_body, ApiCall, TransferDef};
+use crate::providers::transfers::{api_amount, error_text, json_body, ApiCall, TransferDef};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
@@ -25,7 +25,10 @@ pub const TRANSFERS: TransferDef = TransferDef {
         }
         let mut own = vec![
             ("source", Value::from("balance")),
-            ("amount", Value::from(call.money.amount.get())),
+            (
+                "amount",
+                Value::from(api_amount(&super::UNITS, call.money)?.units),
+            ),
             ("currency", Value::from(call.money.currency.as_str())),
             ("reference", Value::from(call.payout.as_str())),
         ];
@@ -50,7 +53,7 @@ pub const TRANSFERS: TransferDef = TransferDef {
         let state = state_of(status).unwrap_or(TransferState::Pending);
         Ok(TransferAnswer::Known(
             TransferWord::new(state, status)
-                .with_money(f.opt_money("data.amount", "data.currency")?)
+                .with_money(f.opt_money(&super::UNITS, "data.amount", "data.currency")?)
                 .with_recipient(recipient(&f)?),
         ))
     },
@@ -92,7 +95,7 @@ pub fn transfer_event(f: &Fields<'_>, state: TransferState) -> Result<EventKind,
             .unwrap_or(state.as_str())
             .to_owned(),
         // Minor units, as Paystack sends them; compared with the payout's own.
-        money: f.opt_money("data.amount", "data.currency")?,
+        money: f.opt_money(&super::UNITS, "data.amount", "data.currency")?,
         recipient: recipient(f)?,
     }))
 }

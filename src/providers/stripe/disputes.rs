@@ -13,7 +13,7 @@
 //! - A balance transaction in another currency than the dispute (the account settles in another
 //!   currency) is not the payment's money: the dispute's own `amount` is used instead.
 
-use super::{expect_object, stripe_money, to_iso_minor, OBJ};
+use super::{expect_object, stripe_money, OBJ, UNITS};
 use crate::domain::{DisputeFacts, DisputeMovement, EventKind, Money};
 use crate::providers::json::{parse_object, Fields};
 use crate::providers::{DisputePage, PayloadError};
@@ -77,7 +77,8 @@ fn moved(f: &Fields<'_>, movement: DisputeMovement) -> Result<Option<Money>, Pay
             .int("amount")
             .ok()
             .and_then(i64::checked_abs)
-            .and_then(|a| to_iso_minor(a, dispute.currency).ok())
+            .and_then(|a| UNITS.from_api(a, dispute.currency).ok())
+            .map(|m| m.amount.get())
             .ok_or_else(|| PayloadError::invalid(&at("amount"), "is not an amount"))?;
         total = Some(
             total

@@ -22,11 +22,12 @@ use http::HeaderMap;
 
 use super::json::{parse_object, Fields};
 use super::signature::{check_timestamp, ct_eq, hmac_sha256, Secret};
+use super::units::Units;
 use super::{boxed, ApiDef, ProviderDef, ProviderEnv};
 use super::{single_header, PayloadError, Provider, ProviderTruth, SignatureError};
 use crate::domain::{
-    Currency, EventKind, Money, MoneyError, NormalisedEvent, PaymentFacts, PaymentStatus,
-    ProviderId, Reference, RefundFacts, StateFacts,
+    Currency, EventKind, Money, NormalisedEvent, PaymentFacts, PaymentStatus, ProviderId,
+    Reference, RefundFacts, StateFacts,
 };
 
 pub const ID: ProviderId = ProviderId::from_static("stripe");
@@ -84,6 +85,7 @@ pub const DEF: ProviderDef = ProviderDef {
         ("PAYHOOK_STRIPE_API_KEY_ARN", "PAYHOOK_STRIPE_API_KEY", false),
     ],
     transfers: Some(transfers::TRANSFERS),
+    units: &UNITS,
     api: ApiDef {
         url_var: "PAYHOOK_STRIPE_API_URL",
         default_base_url: Some("https://api.stripe.com"),
@@ -104,10 +106,44 @@ fn build(env: ProviderEnv<'_>) -> super::Built {
 /// The signature header (HTTP header names are case-insensitive; `HeaderMap` keys are lower case).
 pub const HEADER: &str = "stripe-signature";
 
-/// Stripe's unit differs from ISO 4217's for these: ISK stays two-decimal in Stripe's API
-/// (amounts divisible by 100) and MGA is zero-decimal there. Every other currency payhook knows
-/// uses the ISO exponent in Stripe's API too.
-const STRIPE_EXPONENTS: &[(&str, u8)] = &[("ISK", 2), ("MGA", 0)];
+/// Every currency Stripe takes (its supported-currency list, and the three-decimal ones its
+/// currencies page adds), upper case: a payout in another is refused before a debit.
+pub const CURRENCIES: &[&str] = &[
+    "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
+    "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BWP", "BYN", "BZD", "CAD", "CDF",
+    "CHF", "CLP", "CNY", "COP", "CRC", "CVE", "CZK", "DJF", "DKK", "DOP", "DZD", "EGP", "ETB",
+    "EUR", "FJD", "FKP", "GBP", "GEL", "GIP", "GMD", "GNF", "GTQ", "GYD", "HKD", "HNL", "HTG",
+    "HUF", "IDR", "ILS", "INR", "ISK", "JMD", "JOD", "JPY", "KES", "KGS", "KHR", "KMF", "KRW",
+    "KWD", "KYD", "KZT", "LAK", "LBP", "LKR", "LRD", "LSL", "MAD", "MDL", "MGA", "MKD", "MMK",
+    "MNT", "MOP", "MUR", "MVR", "MWK", "MXN", "MYR", "MZN", "NAD", "NGN", "NIO", "NOK", "NPR",
+    "NZD", "OMR", "PAB", "PEN", "PGK", "PHP", "PKR", "PLN", "PYG", "QAR", "RON", "RSD", "RUB",
+    "RWF", "SAR", "SBD", "SCR", "SEK", "SGD", "SHP", "SLE", "SLL", "SOS", "SRD", "STD", "SZL",
+    "THB", "TJS", "TND", "TOP", "TRY", "TTD", "TWD", "TZS", "UAH", "UGX", "USD", "UYU", "UZS",
+    "VND", "VUV", "WST", "XAF", "XCD", "XCG", "XOF", "XPF", "YER", "ZAR", "ZMW",
+];
+
+/// Stripe's unit, both ways (docs.stripe.com/currencies; docs/payouts.md quotes each rule).
+/// MGA is zero-decimal at Stripe (ISO: 2). ISK and UGX "transitioned to a zero-decimal
+/// currency, but backward compatibility requires you to represent it as a two-decimal value,
+/// where the decimal amount is always 00" (ISO: 0; Stripe's older zero-decimal list still names
+/// UGX, its special-cases section is the newer word). Out: HUF and TWD only in whole units
+/// ("evenly divisible by 100"), three-decimal amounts ending in 0.
+pub const UNITS: Units = Units {
+    exponents: &[("ISK", 2), ("MGA", 0), ("UGX", 2)],
+    steps: &[
+        ("ISK", 100),
+        ("UGX", 100),
+        ("HUF", 100),
+        ("TWD", 100),
+        ("BHD", 10),
+        ("JOD", 10),
+        ("KWD", 10),
+        ("OMR", 10),
+        ("TND", 10),
+    ],
+    out_currencies: Some(CURRENCIES),
+    max_out_units: i64::MAX,
+};
 
 /// The Stripe adapter: endpoint secrets (several during rotation), the timestamp tolerance, and
 /// where in an object's metadata the account is.
@@ -472,32 +508,9 @@ pub fn stripe_money(
     let code = f.str(currency_path)?.to_ascii_uppercase();
     let currency =
         Currency::parse(&code).map_err(|e| PayloadError::invalid(currency_path, e.to_string()))?;
-    let minor = to_iso_minor(amount, currency)
-        .map_err(|e| PayloadError::invalid(amount_path, e.to_string()))?;
-    Money::new(minor, currency).map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
-}
-
-/// Converts an amount in Stripe's unit for `currency` to ISO 4217 minor units, exactly.
-fn to_iso_minor(amount: i64, currency: Currency) -> Result<i64, MoneyError> {
-    let iso = currency.exponent();
-    let stripe = STRIPE_EXPONENTS
-        .iter()
-        .find(|(c, _)| *c == currency.as_str())
-        .map_or(iso, |(_, e)| *e);
-    if amount <= 0 {
-        return Err(MoneyError::NotPositive);
-    }
-    let factor = 10_i64
-        .checked_pow(u32::from(iso.abs_diff(stripe)))
-        .ok_or(MoneyError::Overflow)?;
-    if stripe > iso {
-        if amount % factor != 0 {
-            return Err(MoneyError::TooPrecise(currency));
-        }
-        Ok(amount / factor)
-    } else {
-        amount.checked_mul(factor).ok_or(MoneyError::Overflow)
-    }
+    UNITS
+        .from_api(amount, currency)
+        .map_err(|e| PayloadError::invalid(amount_path, e.to_string()))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Stripe Connect transfers (payouts to a connected account): `POST /v1/transfers`
-//! (form-encoded `amount` in minor units, `currency`, `destination` = the destination's
+//! (form-encoded `amount` in Stripe's unit for the currency, [`super::UNITS`], `currency`, `destination` = the destination's
 //! `account`, `transfer_group` and `metadata[payhook_payout]` = the payout id, `description`)
 //! with `Idempotency-Key: {payout id}`. Stripe answers a created transfer, which has moved the
 //! funds (it has no pending state): success. A refusal is a 4xx error object.
@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::domain::{EventKind, Recipient, Reference, TransferFacts, TransferState};
 use crate::payouts::{TransferAnswer, TransferWord};
 use crate::providers::json::{parse_object, Fields};
-use crate::providers::transfers::{error_text, ApiCall, TransferDef};
+use crate::providers::transfers::{api_amount, error_text, ApiCall, TransferDef};
 use crate::providers::PayloadError;
 
 pub const TRANSFERS: TransferDef = TransferDef {
@@ -31,7 +31,10 @@ pub const TRANSFERS: TransferDef = TransferDef {
                 )
             })?;
         let mut form = vec![
-            ("amount", call.money.amount.get().to_string()),
+            (
+                "amount",
+                api_amount(&super::UNITS, call.money)?.units.to_string(),
+            ),
             (
                 "currency",
                 call.money.currency.as_str().to_ascii_lowercase(),

@@ -344,13 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn every_stripe_currency_is_known() {
-        let missing: Vec<&str> = crate::providers::stripe::CURRENCIES
-            .iter()
-            .copied()
-            .filter(|c| Currency::parse(c).is_err())
-            .collect();
-        assert!(missing.is_empty(), "unknown Stripe currencies: {missing:?}");
+    fn codes_providers_still_send_are_known() {
         assert_eq!(Currency::parse("XCG").map(|c| c.exponent()), Ok(2));
         assert_eq!(Currency::parse("STD").map(|c| c.exponent()), Ok(2));
     }

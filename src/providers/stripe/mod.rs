@@ -516,6 +516,20 @@ pub fn stripe_money(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_stripe_currency_is_known() {
+        let missing: Vec<&str> = CURRENCIES
+            .iter()
+            .copied()
+            .filter(|c| Currency::parse(c).is_err())
+            .collect();
+        assert!(missing.is_empty(), "unknown Stripe currencies: {missing:?}");
+        assert!(
+            CURRENCIES.windows(2).all(|w| w[0] < w[1]),
+            "sorted, once each"
+        );
+    }
     use http::HeaderValue;
 
     const SECRET: &str = "whsec_test_5f1c0b7e9a2d4c6b8e0f1a3c5e7b9d2f";

@@ -258,6 +258,15 @@ fn failed(e: ReadError) -> Response {
                 "temporarily unable to read; retry",
             )
         }
+        // Refused for good (no table, no access): a deployment fault, not "retry".
+        ReadError::Store(e @ StoreError::Rejected { .. }) => {
+            tracing::error!(error = ?e, "read refused by DynamoDB");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_refused",
+                "the store refused the read; an operator must look",
+            )
+        }
         ReadError::Store(e @ (StoreError::Corrupt { .. } | StoreError::ReadOnly { .. })) => {
             tracing::error!(error = ?e, "read found a malformed item");
             error(

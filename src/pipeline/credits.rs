@@ -103,6 +103,9 @@ impl<S: Store> Pipeline<S> {
                 Existing::Decided(ClaimOutcome::Replay(stored)) => {
                     return Ok(Some(Answer::replay(stored)))
                 }
+                Existing::Decided(ClaimOutcome::ReplayUnrecorded { status }) => {
+                    return Ok(Some(Answer::replay(StoredResponse::unrecorded(status))))
+                }
                 Existing::Decided(ClaimOutcome::InFlight { retry_after_ms }) => {
                     return Ok(Some(in_flight(key, retry_after_ms)))
                 }

@@ -447,6 +447,9 @@ impl<S: Store> Pipeline<S> {
                 (token, took_over)
             }
             ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
+            ClaimOutcome::ReplayUnrecorded { status } => {
+                return Ok(Answer::replay(StoredResponse::unrecorded(status)))
+            }
             ClaimOutcome::InFlight { retry_after_ms } => {
                 return Ok(in_flight(&key, retry_after_ms))
             }
@@ -536,6 +539,9 @@ impl<S: Store> Pipeline<S> {
         };
         match payment.claim.as_ref().map(|c| &c.state) {
             Some(ClaimState::Done(stored)) => Ok(Settled::Final(Answer::replay(stored.clone()))),
+            Some(ClaimState::DoneUnrecorded { status }) => Ok(Settled::Final(Answer::replay(
+                StoredResponse::unrecorded(*status),
+            ))),
             Some(ClaimState::InProgress { .. }) => Ok(Settled::NothingMoved(in_flight(key, 1_000))),
             None => self.credit_tail(&payment, p, key, resumed).await,
         }

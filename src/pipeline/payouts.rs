@@ -144,6 +144,10 @@ impl<S: Store> Pipeline<S> {
                     .await
             }
             ClaimOutcome::Replay(stored) => self.replayed(transfers, &id, stored, &look).await,
+            ClaimOutcome::ReplayUnrecorded { status } => {
+                let stored = StoredResponse::unrecorded(status);
+                self.replayed(transfers, &id, stored, &look).await
+            }
             ClaimOutcome::InFlight { retry_after_ms } => {
                 let retry_after_s = (retry_after_ms.max(1) + 999) / 1_000;
                 let body = Refusal {
@@ -227,6 +231,10 @@ impl<S: Store> Pipeline<S> {
                     .await
             }
             ClaimOutcome::Replay(stored) => self.replayed(transfers, id, stored, &look).await,
+            ClaimOutcome::ReplayUnrecorded { status } => {
+                let stored = StoredResponse::unrecorded(status);
+                self.replayed(transfers, id, stored, &look).await
+            }
             ClaimOutcome::InFlight { .. } | ClaimOutcome::Conflict { .. } => {
                 let record = self.store.payout(id).await?;
                 Ok(match record {

@@ -20,7 +20,7 @@ type Message = SqsMessageObj<Order>;
 fn once(table: ClaimTable) -> Idempotency<Message> {
     Idempotency::new(table, |m: &Message| Some(m.body.order_id.clone()))
         .validate(|m: &Message| m.body.clone())
-        .prefix("charge#")
+        .prefix("charge")
 }
 
 async fn handle(

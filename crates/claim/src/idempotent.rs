@@ -38,6 +38,10 @@ pub enum Answer<R> {
     },
     /// The key was used for another payload: never replayed, the handler did not run.
     Conflict,
+    /// The handler ran for this key in an earlier attempt, but its value was too large to
+    /// store (a DynamoDB item holds 400 KB): it is not run again, and its value cannot be
+    /// given back. Over HTTP: the status, with a header saying the answer was not recorded.
+    DoneUnrecorded,
 }
 
 impl<R> Answer<R> {
@@ -45,7 +49,7 @@ impl<R> Answer<R> {
     pub fn value(self) -> Option<R> {
         match self {
             Answer::Ran(r) | Answer::Replayed(r) => Some(r),
-            Answer::InProgress { .. } | Answer::Conflict => None,
+            Answer::InProgress { .. } | Answer::Conflict | Answer::DoneUnrecorded => None,
         }
     }
 }
@@ -91,10 +95,34 @@ pub enum Error<X> {
     /// A stored value does not read as this handler's value type.
     #[error("the stored value does not read as the handler's type")]
     Decode(#[source] serde_json::Error),
+    /// ([`crate::IdempotencyLayer`] only.) Another attempt holds the key under a live lease:
+    /// an error, so an SQS trigger or an asynchronous invocation retries the duplicate rather
+    /// than deleting it while the first attempt may still fail.
+    #[error("the key is being processed by another attempt; retry after {retry_after_ms} ms")]
+    InProgress {
+        /// Until the holder's lease runs out.
+        retry_after_ms: i64,
+    },
+    /// ([`crate::IdempotencyLayer`] only.) The key was used for another payload.
+    #[error("the idempotency key was used for another payload")]
+    Conflict,
+    /// ([`crate::IdempotencyLayer`] only.) The handler ran for this key before, and its value
+    /// was too large to store: it is not run again, and there is no value to return.
+    #[error("the handler ran for this key before; its value was too large to store")]
+    NotRecorded,
 }
 
 type KeyFn<E> = dyn Fn(&E) -> Option<String> + Send + Sync;
 type PayloadFn<E> = dyn Fn(&E) -> Option<Fingerprint> + Send + Sync;
+type ReplayFn = dyn Fn(&mut serde_json::Value) + Send + Sync;
+
+/// The environment variable that turns idempotency off (`true` or `1`), as Powertools'
+/// `POWERTOOLS_IDEMPOTENCY_DISABLED`: handlers run plainly, every call, and a warning says so
+/// once per [`Idempotency`]. For local runs and tests, never for production.
+pub const DISABLED_VAR: &str = "DYNAMO_CLAIM_DISABLED";
+
+/// The separator between a key's prefix and the key itself.
+pub const PREFIX_SEPARATOR: &str = "#";
 
 /// Makes calls idempotent by a key taken from their event.
 pub struct Idempotency<E> {
@@ -104,6 +132,8 @@ pub struct Idempotency<E> {
     prefix: String,
     lease_ms: i64,
     cache: Option<Arc<LocalCache>>,
+    disabled: bool,
+    on_replay: Option<Arc<ReplayFn>>,
 }
 
 impl<E> Clone for Idempotency<E> {
@@ -115,6 +145,8 @@ impl<E> Clone for Idempotency<E> {
             prefix: self.prefix.clone(),
             lease_ms: self.lease_ms,
             cache: self.cache.clone(),
+            disabled: self.disabled,
+            on_replay: self.on_replay.clone(),
         }
     }
 }
@@ -135,6 +167,40 @@ fn pointed(event: &impl Serialize, pointer: &str) -> Option<String> {
 /// the same in each.
 fn fingerprint_of(value: &impl Serialize) -> Option<Fingerprint> {
     let canonical = canonical(serde_json::to_value(value).ok()?);
+    serde_json::to_vec(&canonical)
+        .ok()
+        .map(|b| Fingerprint::of_bytes(&b))
+}
+
+/// What differs between two deliveries of one API Gateway or ALB request (a client's retry, a
+/// redelivery): its request id, its times, its trace header. Left out of the default
+/// fingerprint, so a retry replays instead of being a conflict.
+const DELIVERY_FIELDS: &[&str] = &[
+    "/requestContext/requestId",
+    "/requestContext/extendedRequestId",
+    "/requestContext/requestTime",
+    "/requestContext/requestTimeEpoch",
+    "/requestContext/time",
+    "/requestContext/timeEpoch",
+];
+const DELIVERY_HEADERS: &[&str] = &["x-amzn-trace-id", "x-amzn-requestid", "x-request-id"];
+
+/// The default fingerprint: the whole event, less what differs between deliveries of one
+/// request ([`DELIVERY_FIELDS`] and trace headers, in `headers` and `multiValueHeaders`).
+fn event_fingerprint(value: &impl Serialize) -> Option<Fingerprint> {
+    let mut value = serde_json::to_value(value).ok()?;
+    for pointer in DELIVERY_FIELDS {
+        let (parent, field) = pointer.rsplit_once('/')?;
+        if let Some(serde_json::Value::Object(map)) = value.pointer_mut(parent) {
+            map.remove(field);
+        }
+    }
+    for headers in ["headers", "multiValueHeaders"] {
+        if let Some(serde_json::Value::Object(map)) = value.get_mut(headers) {
+            map.retain(|name, _| !DELIVERY_HEADERS.contains(&name.to_ascii_lowercase().as_str()));
+        }
+    }
+    let canonical = canonical(value);
     serde_json::to_vec(&canonical)
         .ok()
         .map(|b| Fingerprint::of_bytes(&b))
@@ -168,14 +234,44 @@ impl<E: Serialize + 'static> Idempotency<E> {
         table: ClaimTable,
         key: impl Fn(&E) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
+        let disabled = std::env::var(DISABLED_VAR)
+            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "True"));
         Idempotency {
             table,
             key: Arc::new(key),
-            payload: Arc::new(|e: &E| fingerprint_of(e)),
-            prefix: String::new(),
+            payload: Arc::new(|e: &E| event_fingerprint(e)),
+            prefix: default_prefix(),
             lease_ms: 60_000,
             cache: None,
+            disabled,
+            on_replay: None,
         }
+        .warn_if_disabled()
+    }
+
+    fn warn_if_disabled(self) -> Self {
+        if self.disabled {
+            tracing::warn!(
+                "{DISABLED_VAR} is set: handlers run without idempotency (every call runs)"
+            );
+        }
+        self
+    }
+
+    /// Turns idempotency off (or back on) whatever [`DISABLED_VAR`] says.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self.warn_if_disabled()
+    }
+
+    /// Changes every replayed value before it is decoded (its JSON): to mark it as a replay,
+    /// say, or to drop what only the first caller may see. The stored value is not changed.
+    pub fn on_replay(
+        mut self,
+        hook: impl Fn(&mut serde_json::Value) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_replay = Some(Arc::new(hook));
+        self
     }
 
     /// Keys each event by the value at JSON pointer `pointer` of its serde form
@@ -208,10 +304,17 @@ impl<E: Serialize + 'static> Idempotency<E> {
         self
     }
 
-    /// Prefixes every key (the function's name, say), so two functions sharing a table never
-    /// share a key.
+    /// Prefixes every key, so two functions sharing a table never share a key. By default the
+    /// function's name (`AWS_LAMBDA_FUNCTION_NAME`) and [`PREFIX_SEPARATOR`]; empty outside
+    /// Lambda. The separator is added here too (`prefix("orders")` keys `orders#{key}`); an
+    /// empty prefix keys the key alone, as 0.1 did.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        let prefix = prefix.into();
+        self.prefix = if prefix.is_empty() {
+            prefix
+        } else {
+            format!("{prefix}{PREFIX_SEPARATOR}")
+        };
         self
     }
 
@@ -252,7 +355,7 @@ impl<E: Serialize + 'static> Idempotency<E> {
 
     /// The event's prefixed key and the fingerprint of its payload.
     pub(crate) fn identify(&self, event: &E) -> Option<(String, Fingerprint)> {
-        let key = (self.key)(event)?;
+        let key = (self.key)(event).filter(|k| !k.is_empty())?;
         Some((format!("{}{key}", self.prefix), (self.payload)(event)?))
     }
 
@@ -270,9 +373,15 @@ impl<E: Serialize + 'static> Idempotency<E> {
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<R, Failed<X>>>,
     {
+        if self.disabled {
+            return match handler(Attempt { took_over: false }).await {
+                Ok(value) => Ok(Answer::Ran(value)),
+                Err(Failed::Before(x) | Failed::Unknown(x)) => Err(Error::Handler(x)),
+            };
+        }
         if let Some(cache) = &self.cache {
             match cache.get(&key, &fingerprint) {
-                Some(Ok(stored)) => return decode(&stored).map(Answer::Replayed),
+                Some(Ok(stored)) => return self.decode(&stored).map(Answer::Replayed),
                 Some(Err(())) => return Ok(Answer::Conflict),
                 None => {}
             }
@@ -282,8 +391,9 @@ impl<E: Serialize + 'static> Idempotency<E> {
             ClaimOutcome::Claimed { token, took_over } => (token, took_over),
             ClaimOutcome::Replay(stored) => {
                 self.remember(&key, &fingerprint, &stored);
-                return decode(&stored).map(Answer::Replayed);
+                return self.decode(&stored).map(Answer::Replayed);
             }
+            ClaimOutcome::ReplayUnrecorded { .. } => return Ok(Answer::DoneUnrecorded),
             ClaimOutcome::InFlight { retry_after_ms } => {
                 return Ok(Answer::InProgress { retry_after_ms })
             }
@@ -307,7 +417,11 @@ impl<E: Serialize + 'static> Idempotency<E> {
             status: 200,
             body: serde_json::to_string(&value).map_err(Error::Encode)?,
         };
-        match self.table.finalize(&key, &token, &stored).await? {
+        match self
+            .table
+            .finalize_with(&key, &fingerprint, &token, &stored)
+            .await?
+        {
             FinalizeOutcome::Done => {
                 self.remember(&key, &fingerprint, &stored);
                 Ok(Answer::Ran(value))
@@ -317,7 +431,7 @@ impl<E: Serialize + 'static> Idempotency<E> {
             FinalizeOutcome::Superseded(Some(theirs)) => {
                 let same = self.table.get(&key).await?.map(|c| c.fingerprint);
                 if same.as_ref() == Some(&fingerprint) {
-                    decode(&theirs).map(Answer::Replayed)
+                    self.decode(&theirs).map(Answer::Replayed)
                 } else {
                     Ok(Answer::Conflict)
                 }
@@ -334,10 +448,29 @@ impl<E: Serialize + 'static> Idempotency<E> {
             cache.put(key, fingerprint, stored);
         }
     }
+
+    /// A stored value as the handler's type, through the replay hook if there is one.
+    fn decode<R: DeserializeOwned, X>(&self, stored: &StoredResponse) -> Result<R, Error<X>> {
+        match &self.on_replay {
+            None => serde_json::from_str(&stored.body).map_err(Error::Decode),
+            Some(hook) => {
+                let mut value: serde_json::Value =
+                    serde_json::from_str(&stored.body).map_err(Error::Decode)?;
+                hook(&mut value);
+                serde_json::from_value(value).map_err(Error::Decode)
+            }
+        }
+    }
 }
 
-fn decode<R: DeserializeOwned, X>(stored: &StoredResponse) -> Result<R, Error<X>> {
-    serde_json::from_str(&stored.body).map_err(Error::Decode)
+/// The function's name and the separator inside Lambda, so two functions sharing a table
+/// never share a key; nothing outside it.
+fn default_prefix() -> String {
+    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .map(|n| format!("{n}{PREFIX_SEPARATOR}"))
+        .unwrap_or_default()
 }
 
 /// When the invocation ends, so that its claim's lease ends with it: a duplicate is "in

@@ -4,12 +4,13 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::error::Rejection;
 use crate::StoreError;
 
 /// One DynamoDB item.
@@ -35,6 +36,46 @@ where
         table: table.to_owned(),
         source: Box::new(err),
     }
+}
+
+/// Classifies an SDK failure by DynamoDB's error code: the refusals a retry cannot fix
+/// ([`StoreError::Rejected`]: validation, an item too large, no table, no access) apart from
+/// the failures it can ([`StoreError::Unavailable`]).
+pub fn sdk_failure<E, R>(operation: &'static str, table: &str, err: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let why = err.as_service_error().and_then(|e| {
+        rejection(
+            e.code().unwrap_or_default(),
+            e.message().unwrap_or_default(),
+        )
+    });
+    match why {
+        Some(why) => StoreError::Rejected {
+            operation,
+            table: table.to_owned(),
+            why,
+            source: Box::new(err),
+        },
+        None => unavailable(operation, table, err),
+    }
+}
+
+/// The refusal an error code (and, for validation, its message) names; `None`: retryable.
+pub fn rejection(code: &str, message: &str) -> Option<Rejection> {
+    Some(match code {
+        "ValidationException" if message.contains("size") => Rejection::TooLarge,
+        "ValidationException" | "SerializationException" => Rejection::Invalid,
+        "ItemCollectionSizeLimitExceededException" => Rejection::TooLarge,
+        "ResourceNotFoundException" => Rejection::NoTable,
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "InvalidSignatureException"
+        | "MissingAuthenticationTokenException" => Rejection::NoAccess,
+        _ => return None,
+    })
 }
 
 /// Service errors that can mean "your condition was false".
@@ -73,14 +114,15 @@ impl ConditionFailure for DeleteItemError {
 }
 
 /// Splits a write's error: a failed condition is an answer (`Ok(old item if returned)`),
-/// anything else is `StoreError::Unavailable`.
+/// anything else is [`sdk_failure`]: `Rejected` when DynamoDB refused the request for good,
+/// else `Unavailable`.
 pub fn condition_failed<E, R>(
     err: SdkError<E, R>,
     operation: &'static str,
     table: &str,
 ) -> Result<Option<Item>, StoreError>
 where
-    E: ConditionFailure + std::error::Error + Send + Sync + 'static,
+    E: ConditionFailure + ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
     if let Some(item) = err
@@ -89,7 +131,7 @@ where
     {
         return Ok(item);
     }
-    Err(unavailable(operation, table, err))
+    Err(sdk_failure(operation, table, err))
 }
 
 /// Typed reads from one item, with errors that say which item and attribute was wrong.

@@ -31,7 +31,16 @@
 //!   `lambda_runtime` handler.
 //! - [`StoreClock`]: DynamoDB's own time, learnt from its answers: leases never depend on a
 //!   process's clock.
-//! - [`item`], [`StoreError`]: attribute plumbing and the one error of every store call.
+//! - [`item`], [`StoreError`]: attribute plumbing and the one error of every store call, which
+//!   tells an outage ([`StoreError::is_retryable`]) from a refusal to fix ([`Rejection`]).
+//!
+//! # Limits
+//!
+//! An effect never runs twice because of one of DynamoDB's limits: an answer too large for an
+//! item ([`MAX_ITEM_BYTES`]) finishes the claim as done without it
+//! ([`ClaimState::DoneUnrecorded`]); a key longer than [`MAX_KEY_BYTES`] is stored hashed
+//! ([`storage_key`]); an empty key runs nothing; a claim past its retention is absent whatever
+//! TTL has done; a claim that vanished under a finished effect is written back.
 //!
 //! # The protocol
 //!
@@ -43,7 +52,9 @@
 //! | IN_PROGRESS(owner)   | effect done           | `UpdateItem` DONE + answer if `owner = me`            | DONE(answer)            |
 //! | IN_PROGRESS(owner)   | surely nothing done   | `DeleteItem` if `owner = me AND IN_PROGRESS`          | absent                  |
 //! | IN_PROGRESS(owner)   | outcome unknown       | none: the claim stays until its lease runs out        | unchanged               |
-//! | DONE                 | duplicate             | none: [`ClaimOutcome::Replay`] of the stored answer   | unchanged               |
+//! | IN_PROGRESS(owner)   | effect done, answer over 400 KB | `UpdateItem` DONE + `answer = not_recorded` if `owner = me` | DONE(not recorded) |
+//! | DONE                 | duplicate             | none: [`ClaimOutcome::Replay`] of the stored answer (or [`ClaimOutcome::ReplayUnrecorded`]) | unchanged |
+//! | DONE, past retention | call                  | `PutItem` if `status = DONE AND expires_at_s <= now`  | IN_PROGRESS(owner, lease) |
 //! | any                  | same key, other payload | none: [`ClaimOutcome::Conflict`] (on every path, the `ALL_OLD` image included) | unchanged |
 //!
 //! A write whose reply was lost and that the SDK sent again meets its own first attempt: the
@@ -63,12 +74,17 @@ pub mod protocol;
 mod table;
 
 pub use clock::{local_now_ms, ServerDate, StoreClock};
-pub use error::StoreError;
-pub use idempotent::{Answer, Attempt, Deadline, Error, Failed, Idempotency};
+pub use error::{Rejection, StoreError};
+pub use idempotent::{
+    Answer, Attempt, Deadline, Error, Failed, Idempotency, DISABLED_VAR, PREFIX_SEPARATOR,
+};
 #[cfg(feature = "lambda")]
-pub use lambda::{IdempotencyLayer, Idempotent};
+pub use lambda::{Attempted, IdempotencyLayer, Idempotent};
 pub use protocol::{
     judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Existing, FinalizeOutcome, Fingerprint,
     OwnerToken, StoredResponse,
 };
-pub use table::{expires_at_s, record_of, shard_of, ClaimTable, DONE, IN_PROGRESS, OPEN_INDEX};
+pub use table::{
+    expires_at_s, finalized_size, record_of, shard_of, storage_key, ClaimTable, DONE, IN_PROGRESS,
+    MAX_ITEM_BYTES, MAX_KEY_BYTES, OPEN_INDEX,
+};

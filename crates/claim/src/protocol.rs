@@ -66,6 +66,17 @@ pub struct StoredResponse {
     pub body: String,
 }
 
+impl StoredResponse {
+    /// The answer of a claim finished without its answer ([`ClaimState::DoneUnrecorded`]) for
+    /// a caller that replays only a status: the status, an empty body.
+    pub fn unrecorded(status: u16) -> Self {
+        StoredResponse {
+            status,
+            body: String::new(),
+        }
+    }
+}
+
 /// A claim as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRecord {
@@ -91,6 +102,13 @@ pub enum ClaimState {
     },
     /// Finished: this answer is replayed to every duplicate.
     Done(StoredResponse),
+    /// Finished, but its answer was too large for a DynamoDB item (400 KB): duplicates learn
+    /// that the effect happened and its status, never run it again, and cannot be given the
+    /// answer itself.
+    DoneUnrecorded {
+        /// The status the answer had.
+        status: u16,
+    },
 }
 
 /// What the caller of a claim ([`crate::ClaimTable::claim`]) must do next.
@@ -107,6 +125,12 @@ pub enum ClaimOutcome {
     },
     /// Already done: answer this, move nothing.
     Replay(StoredResponse),
+    /// Already done, its answer too large to have been kept ([`ClaimState::DoneUnrecorded`]):
+    /// say so (HTTP: the status, and that the answer was not recorded), move nothing.
+    ReplayUnrecorded {
+        /// The status the answer had.
+        status: u16,
+    },
     /// Another attempt holds a live lease: answer "retry later", do nothing.
     InFlight {
         /// When the holder's lease runs out, from now.
@@ -158,6 +182,9 @@ pub fn judge_existing(
     }
     match &existing.state {
         ClaimState::Done(response) => Existing::Decided(ClaimOutcome::Replay(response.clone())),
+        ClaimState::DoneUnrecorded { status } => {
+            Existing::Decided(ClaimOutcome::ReplayUnrecorded { status: *status })
+        }
         // A live lease: the holder may be mid-charge; only time (or its finalize) settles it.
         ClaimState::InProgress {
             lease_expires_at_ms,

@@ -1,16 +1,26 @@
 //! The claim table on DynamoDB: claim, take over, finalize, release, read. Each write is one
 //! conditional statement; the item mapping sits beside the writes that use it.
 //!
-//! Item: `pk` = the key, `status` IN_PROGRESS | DONE, `owner`, `lease_expires_at_ms`,
-//! `fingerprint`, `response_status` + `response_body` once DONE, `open` (a sparse index's key)
-//! while IN_PROGRESS (`IN_PROGRESS#{shard}`), `expires_at_s` (TTL), set once DONE.
+//! Item: `pk` = the key ([`storage_key`]: hashed past DynamoDB's 2,048 bytes), `status`
+//! IN_PROGRESS | DONE, `owner`, `lease_expires_at_ms`, `fingerprint`, `response_status` +
+//! `response_body` once DONE (or `answer` = `not_recorded` when the answer would not fit an
+//! item), `open` (a sparse index's key) while IN_PROGRESS (`IN_PROGRESS#{shard}`),
+//! `expires_at_s` (TTL), set once DONE.
+//!
+//! # Limits
+//!
+//! | DynamoDB's limit | what the table does |
+//! |------------------|---------------------|
+//! | a partition key of at most 2,048 bytes | a longer key is stored as its first 64 bytes, `#sha256:` and the SHA-256 of the whole key ([`storage_key`]); an empty key is refused before any call |
+//! | an item of at most 400 KB | a finalize whose item would be larger (sized by DynamoDB's rules, every number at its largest: [`finalized_size`]) is stored as DONE with its status and `answer = not_recorded`; a duplicate gets [`ClaimOutcome::ReplayUnrecorded`] and nothing runs again. If DynamoDB still refuses the size, the same |
+//! | TTL deletes expired items late (up to days) | a DONE claim past its `expires_at_s`, in the store's clock, is absent: [`ClaimTable::get`] says `None` and a claim replaces it |
 
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
-use crate::item::{condition_failed, n, s, unavailable, Item, Reader};
+use crate::item::{condition_failed, n, s, sdk_failure, unavailable, Item, Reader};
 use crate::protocol::{
     judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Existing, FinalizeOutcome, Fingerprint,
     OwnerToken, StoredResponse,
@@ -23,6 +33,64 @@ pub const IN_PROGRESS: &str = "IN_PROGRESS";
 pub const DONE: &str = "DONE";
 /// The sparse index over IN_PROGRESS claims (`open`, `lease_expires_at_ms`).
 pub const OPEN_INDEX: &str = "open";
+/// DynamoDB's largest partition key, in bytes.
+pub const MAX_KEY_BYTES: usize = 2_048;
+/// DynamoDB's largest item, in bytes (400 KB).
+pub const MAX_ITEM_BYTES: usize = 409_600;
+/// The readable part kept of a key too long to store as it is.
+const KEPT_KEY_BYTES: usize = 64;
+/// The `answer` of a DONE claim whose answer was too large to keep.
+const NOT_RECORDED: &str = "not_recorded";
+
+/// The partition key a claim key is stored under: itself up to [`MAX_KEY_BYTES`]; a longer one
+/// as its first 64 bytes (cut at a character), `#sha256:`, and the SHA-256 of the whole key in
+/// hex (2^-256 of a collision, and an operator still reads what it was about). The same key
+/// maps to the same item in every process and version: a retry finds its claim.
+pub fn storage_key(key: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest;
+    if key.len() <= MAX_KEY_BYTES {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    let mut cut = KEPT_KEY_BYTES;
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+    std::borrow::Cow::Owned(format!("{}#sha256:{digest}", &key[..cut]))
+}
+
+/// The size DynamoDB counts for a claim item once finalized with `response`, every number
+/// counted at its largest (an `i64`: 13 bytes with its sign), so the real item is never
+/// larger: attribute names plus UTF-8 values, as DynamoDB sizes items.
+pub fn finalized_size(
+    key: &str,
+    fingerprint: &Fingerprint,
+    token: &OwnerToken,
+    response: &StoredResponse,
+) -> usize {
+    const NUMBER_BYTES: usize = 13;
+    let strings = [
+        ("pk", storage_key(key).len()),
+        ("status", DONE.len().max(IN_PROGRESS.len())),
+        ("owner", token.as_str().len()),
+        ("fingerprint", fingerprint.as_str().len()),
+        ("response_body", response.body.len()),
+    ];
+    let numbers = [
+        "lease_expires_at_ms",
+        "created_at_ms",
+        "updated_at_ms",
+        "takeovers",
+        "response_status",
+        "expires_at_s",
+    ];
+    strings.iter().map(|(n, v)| n.len() + v).sum::<usize>()
+        + numbers
+            .iter()
+            .map(|n| n.len() + NUMBER_BYTES)
+            .sum::<usize>()
+}
+
 /// Rounds of put -> judge -> takeover before giving up with "in flight": only reached when other
 /// attempts keep changing the item under us, which a retry later settles.
 const CLAIM_ROUNDS: usize = 3;
@@ -40,10 +108,14 @@ pub fn record_of(item: &Item, table: &str) -> Result<ClaimRecord, StoreError> {
         DONE => {
             let status = u16::try_from(r.num("response_status")?)
                 .map_err(|_| r.corrupt("response_status out of range"))?;
-            ClaimState::Done(StoredResponse {
-                status,
-                body: r.str("response_body")?.to_owned(),
-            })
+            if r.opt_str("answer") == Some(NOT_RECORDED) {
+                ClaimState::DoneUnrecorded { status }
+            } else {
+                ClaimState::Done(StoredResponse {
+                    status,
+                    body: r.str("response_body")?.to_owned(),
+                })
+            }
         }
         other => return Err(r.corrupt(format!("unknown status {other}"))),
     };
@@ -129,6 +201,10 @@ impl ClaimTable {
         fingerprint: &Fingerprint,
         lease_ms: i64,
     ) -> Result<ClaimOutcome, StoreError> {
+        if key.is_empty() {
+            return Err(self.refused("PutItem", "an empty key names nothing"));
+        }
+        let key = &*storage_key(key);
         // A cold process knows no server time yet, and a lease written in a wrong local clock
         // could be taken over while it lives: one read teaches the clock first.
         if self.clock.server_now_ms().is_none() {
@@ -147,8 +223,12 @@ impl ClaimTable {
                 // The server did not return the item that failed our condition: read it.
                 Err(None) => self.read(key).await?,
             };
-            // Gone between our put and our read: it was released, so claim again.
-            let Some(existing) = existing else { continue };
+            // Gone between our put and our read: it was released, so claim again. Expired (a
+            // DONE past its retention that TTL has not deleted yet): absent, and our put's
+            // condition replaces it.
+            let Some(existing) = existing.filter(|item| !self.expired(item)) else {
+                continue;
+            };
             let record = record_of(&existing, &self.table)?;
             match judge_existing(&record, fingerprint, self.clock.now_ms(), &token) {
                 Existing::Decided(outcome) => return Ok(outcome),
@@ -180,17 +260,90 @@ impl ClaimTable {
         token: &OwnerToken,
         response: &StoredResponse,
     ) -> Result<FinalizeOutcome, StoreError> {
+        // Without the claim's fingerprint the item's size is not known here: DynamoDB's
+        // refusal decides ([`ClaimTable::finalize_with`] decides before it, and writes a
+        // vanished claim back).
+        self.finalize_sized(key, token, response, None).await
+    }
+
+    /// [`ClaimTable::finalize`] knowing the claim's fingerprint, so an answer that would make
+    /// the item larger than DynamoDB allows is stored as not recorded before DynamoDB refuses
+    /// it ([`finalized_size`]). Without it, the size is judged by DynamoDB's refusal.
+    pub async fn finalize_with(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+        token: &OwnerToken,
+        response: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize_sized(key, token, response, Some(fingerprint))
+            .await
+    }
+
+    async fn finalize_sized(
+        &self,
+        key: &str,
+        token: &OwnerToken,
+        response: &StoredResponse,
+        fingerprint: Option<&Fingerprint>,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let key = &*storage_key(key);
+        let fits =
+            fingerprint.is_none_or(|fp| finalized_size(key, fp, token, response) <= MAX_ITEM_BYTES);
+        let result = if fits {
+            match self.write_done(key, token, response, true).await {
+                // Too large after all (an item carrying more than this table writes): the
+                // effect happened, so finish it without its answer rather than leave it to run
+                // again after the lease.
+                Err(StoreError::Rejected {
+                    why: crate::error::Rejection::TooLarge,
+                    ..
+                }) => self.write_done(key, token, response, false).await?,
+                other => other?,
+            }
+        } else {
+            self.write_done(key, token, response, false).await?
+        };
+        let old = match result {
+            None => return Ok(FinalizeOutcome::Done),
+            Some(Some(old)) => Some(old),
+            Some(None) => self.read(key).await?,
+        };
+        let Some(old) = old else {
+            // The claim is gone (deleted, or expired and removed): the effect happened, so the
+            // answer is written back where the claim was, unless an attempt claimed it since.
+            return self
+                .done_in_place_of_nothing(key, token, response, fingerprint)
+                .await;
+        };
+        self.judge_finalize(&old, token)
+    }
+
+    /// Marks the claim DONE with `response` (or as not recorded, `None`), only if `token`
+    /// still owns it and it is IN_PROGRESS: `Ok(None)` written, `Ok(Some(old?))` the condition
+    /// failed (with the item when the server returned it).
+    async fn write_done(
+        &self,
+        key: &str,
+        token: &OwnerToken,
+        response: &StoredResponse,
+        recorded: bool,
+    ) -> Result<Option<Option<Item>>, StoreError> {
         let table = &*self.table;
         let now = self.clock.now_ms();
+        let set = if recorded {
+            "SET #status = :done, response_status = :rs, response_body = :rb, \
+             updated_at_ms = :now, expires_at_s = :exp REMOVE #open"
+        } else {
+            "SET #status = :done, response_status = :rs, answer = :rb, \
+             updated_at_ms = :now, expires_at_s = :exp REMOVE #open"
+        };
         let result = self
             .client
             .update_item()
             .table_name(table)
             .key("pk", s(key))
-            .update_expression(
-                "SET #status = :done, response_status = :rs, response_body = :rb, \
-                 updated_at_ms = :now, expires_at_s = :exp REMOVE #open",
-            )
+            .update_expression(set)
             .condition_expression("#owner = :t AND #status = :inprog")
             .expression_attribute_names("#owner", "owner")
             .expression_attribute_names("#status", "status")
@@ -199,36 +352,112 @@ impl ClaimTable {
             .expression_attribute_values(":inprog", s(IN_PROGRESS))
             .expression_attribute_values(":done", s(DONE))
             .expression_attribute_values(":rs", n(i64::from(response.status)))
-            .expression_attribute_values(":rb", s(response.body.as_str()))
+            .expression_attribute_values(
+                ":rb",
+                s(if recorded {
+                    response.body.as_str()
+                } else {
+                    NOT_RECORDED
+                }),
+            )
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":exp", n(expires_at_s(now, self.retention_s)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        let old = match result {
+        match result {
+            Ok(_) => Ok(None),
+            Err(e) => condition_failed(e, "UpdateItem", table).map(Some),
+        }
+    }
+
+    /// What a finalize whose condition failed on `old` comes to.
+    fn judge_finalize(
+        &self,
+        old: &Item,
+        token: &OwnerToken,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let table = &*self.table;
+        // DONE under our own token: the SDK retried our finalize after its reply was lost.
+        let r = Reader::new(old, table);
+        if r.opt_str("owner") == Some(token.as_str()) && r.opt_str("status") == Some(DONE) {
+            return Ok(FinalizeOutcome::Done);
+        }
+        // Not ours any more: a successor took over. Its answer stands if it finished.
+        Ok(FinalizeOutcome::Superseded(
+            match record_of(old, table)?.state {
+                ClaimState::Done(resp) => Some(resp),
+                _ => None,
+            },
+        ))
+    }
+
+    /// The claim vanished under a finished effect: writes it back DONE (one `PutItem` if the
+    /// key is still absent), so duplicates replay instead of running the effect again. Without
+    /// the fingerprint (plain [`ClaimTable::finalize`]) nothing can be written back safely: a
+    /// duplicate must be compared with what ran, so the caller is told it was superseded.
+    async fn done_in_place_of_nothing(
+        &self,
+        key: &str,
+        token: &OwnerToken,
+        response: &StoredResponse,
+        fingerprint: Option<&Fingerprint>,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let Some(fingerprint) = fingerprint else {
+            return Ok(FinalizeOutcome::Superseded(None));
+        };
+        let table = &*self.table;
+        let now = self.clock.now_ms();
+        let recorded = finalized_size(key, fingerprint, token, response) <= MAX_ITEM_BYTES;
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(table)
+            .item("pk", s(key))
+            .item("status", s(DONE))
+            .item("owner", s(token.as_str()))
+            .item("lease_expires_at_ms", n(now))
+            .item("fingerprint", s(fingerprint.as_str()))
+            .item("created_at_ms", n(now))
+            .item("updated_at_ms", n(now))
+            .item("response_status", n(i64::from(response.status)))
+            .item("expires_at_s", n(expires_at_s(now, self.retention_s)))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        put = if recorded {
+            put.item("response_body", s(response.body.as_str()))
+        } else {
+            put.item("answer", s(NOT_RECORDED))
+        };
+        let old = match put.send().await {
             Ok(_) => return Ok(FinalizeOutcome::Done),
-            Err(e) => match condition_failed(e, "UpdateItem", table)? {
+            Err(e) => match condition_failed(e, "PutItem", table)? {
                 Some(old) => Some(old),
                 None => self.read(key).await?,
             },
         };
-        // DONE under our own token: the SDK retried our finalize after its reply was lost.
-        let ours = old.as_ref().is_some_and(|item| {
-            let r = Reader::new(item, table);
-            r.opt_str("owner") == Some(token.as_str()) && r.opt_str("status") == Some(DONE)
-        });
-        if ours {
-            return Ok(FinalizeOutcome::Done);
+        match old {
+            Some(old) => self.judge_finalize(&old, token),
+            None => Ok(FinalizeOutcome::Superseded(None)),
         }
-        // Not ours any more: a successor took over. Its answer stands if it finished.
-        let stored = match old.map(|item| record_of(&item, table)).transpose()? {
-            Some(ClaimRecord {
-                state: ClaimState::Done(resp),
-                ..
-            }) => Some(resp),
-            _ => None,
-        };
-        Ok(FinalizeOutcome::Superseded(stored))
+    }
+
+    /// A refusal of our own, before any call: what DynamoDB would refuse anyway.
+    fn refused(&self, operation: &'static str, why: &str) -> StoreError {
+        StoreError::Rejected {
+            operation,
+            table: self.table.to_string(),
+            why: crate::error::Rejection::Invalid,
+            source: Box::new(std::io::Error::other(why.to_owned())),
+        }
+    }
+
+    /// A DONE claim past its retention by the store's clock: absent, whatever TTL has done.
+    fn expired(&self, item: &Item) -> bool {
+        let r = Reader::new(item, &self.table);
+        let until = r.opt_num("expires_at_s").ok().flatten();
+        r.opt_str("status") == Some(DONE)
+            && until.is_some_and(|s| s.saturating_mul(1_000) <= self.clock.now_ms())
     }
 
     /// Deletes the claim, only if `token` still owns it and it is IN_PROGRESS. Only when no
@@ -237,6 +466,7 @@ impl ClaimTable {
     /// [`ClaimTable::abandon`]); never after an effect whose outcome is unknown. Returns whether
     /// it was ours to delete (`false` too when the SDK resent a delete whose reply was lost).
     pub async fn release(&self, key: &str, token: &OwnerToken) -> Result<bool, StoreError> {
+        let key = &*storage_key(key);
         let table = &*self.table;
         let result = self
             .client
@@ -258,9 +488,15 @@ impl ClaimTable {
     }
 
     /// Reads a claim with a consistent read.
+    /// A DONE claim past its retention is `None`, as if TTL had deleted it.
     pub async fn get(&self, key: &str) -> Result<Option<ClaimRecord>, StoreError> {
-        let item = self.read(key).await?;
-        item.map(|i| record_of(&i, &self.table)).transpose()
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let item = self.read(&storage_key(key)).await?;
+        item.filter(|i| !self.expired(i))
+            .map(|i| record_of(&i, &self.table))
+            .transpose()
     }
 
     async fn read(&self, key: &str) -> Result<Option<Item>, StoreError> {
@@ -273,7 +509,7 @@ impl ClaimTable {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| unavailable("GetItem", table, e))?;
+            .map_err(|e| sdk_failure("GetItem", table, e))?;
         Ok(out.item)
     }
 
@@ -301,8 +537,14 @@ impl ClaimTable {
             .item("created_at_ms", n(now))
             .item("updated_at_ms", n(now))
             // No TTL until DONE (finalize sets it): a claim stuck IN_PROGRESS stays until
-            // someone resumes it, so nothing it holds back can silently expire.
-            .condition_expression("attribute_not_exists(pk)")
+            // someone resumes it, so nothing it holds back can silently expire. A DONE claim
+            // past its retention is absent (TTL deletes late): the put replaces it.
+            .condition_expression(
+                "attribute_not_exists(pk) OR (#status = :done AND expires_at_s <= :now_s)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":done", s(DONE))
+            .expression_attribute_values(":now_s", n(now.div_euclid(1_000)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -366,6 +608,7 @@ impl ClaimTable {
     /// and did nothing itself, since an earlier attempt's effect may exist. The next attempt
     /// takes over at once and is told `took_over`. Conditioned on `token` still owning it.
     pub async fn abandon(&self, key: &str, token: &OwnerToken) -> Result<bool, StoreError> {
+        let key = &*storage_key(key);
         let table = &*self.table;
         let result = self
             .client

@@ -401,26 +401,32 @@ async fn a_prefix_keeps_two_functions_apart_in_one_table() {
     let table = table("prefix").await;
     let charges = Arc::new(AtomicUsize::new(0));
     let o = order("ord_11", 100);
-    for prefix in ["charge#", "email#"] {
+    for prefix in ["charge", "email"] {
         let once = orders(table.clone()).prefix(prefix);
         let answer = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
         assert!(matches!(answer, Answer::Ran(_)), "{prefix}: {answer:?}");
     }
     assert_eq!(charges.load(Ordering::SeqCst), 2);
+    // The separator is the crate's: `email#ord_11`.
     assert!(table.get("email#ord_11").await.unwrap().is_some());
 }
 
 #[tokio::test]
-async fn the_tower_layer_runs_a_lambda_handler_once_per_key() {
+async fn the_tower_layer_keeps_the_functions_output_and_makes_duplicates_lambda_errors() {
     use tower::{Layer, Service, ServiceExt};
+    // GIVEN a handler behind the layer, told about its attempt
     let table = table("layer").await;
     let charges = Arc::new(AtomicUsize::new(0));
+    let took_over = Arc::new(AtomicUsize::new(0));
     let inner = {
-        let charges = Arc::clone(&charges);
-        tower::service_fn(move |event: lambda_runtime::LambdaEvent<Order>| {
-            let charges = Arc::clone(&charges);
+        let (charges, took_over) = (Arc::clone(&charges), Arc::clone(&took_over));
+        tower::service_fn(move |a: dynamo_claim::Attempted<Order>| {
+            let (charges, took_over) = (Arc::clone(&charges), Arc::clone(&took_over));
             async move {
-                if event.payload.amount_minor < 0 {
+                if a.attempt.took_over {
+                    took_over.fetch_add(1, Ordering::SeqCst);
+                }
+                if a.event.payload.amount_minor < 0 {
                     return Err("refused".to_owned());
                 }
                 let n = charges.fetch_add(1, Ordering::SeqCst) + 1;
@@ -429,31 +435,63 @@ async fn the_tower_layer_runs_a_lambda_handler_once_per_key() {
         })
     };
     let mut service = IdempotencyLayer::new(orders(table)).layer(inner);
-    let event = |o: Order| {
+    let event = |o: Order, in_ms: i64| {
         let mut context = lambda_runtime::Context::default();
-        context.deadline = u64::try_from(dynamo_claim::local_now_ms() + 30_000).unwrap();
+        context.deadline = u64::try_from(dynamo_claim::local_now_ms() + in_ms).unwrap();
         lambda_runtime::LambdaEvent::new(o, context)
     };
+
+    // WHEN an order is delivered twice
     let o = order("ord_12", 100);
-    let first = service.ready().await.unwrap().call(event(o.clone())).await;
-    let second = service.ready().await.unwrap().call(event(o)).await;
-    assert_eq!(first.unwrap(), Answer::Ran("ch_1".to_owned()));
-    assert_eq!(second.unwrap(), Answer::Replayed("ch_1".to_owned()));
-    // A handler error keeps the claim: the retry within the invocation's time is in progress.
+    let first = service
+        .ready()
+        .await
+        .unwrap()
+        .call(event(o.clone(), 30_000))
+        .await;
+    let second = service.ready().await.unwrap().call(event(o, 30_000)).await;
+
+    // THEN the function's own output both times (not a wrapper), from one charge
+    assert_eq!(first.unwrap(), "ch_1");
+    assert_eq!(second.unwrap(), "ch_1");
+
+    // WHEN a handler error keeps the claim and the retry comes within the invocation's time
     let bad = order("ord_13", -1);
     let failed = service
         .ready()
         .await
         .unwrap()
-        .call(event(bad.clone()))
+        .call(event(bad.clone(), 30_000))
         .await;
     assert!(matches!(failed, Err(Error::Handler(_))));
-    let retried = service.ready().await.unwrap().call(event(bad)).await;
-    assert!(
-        matches!(retried, Ok(Answer::InProgress { .. })),
-        "{retried:?}"
-    );
+    let retried = service
+        .ready()
+        .await
+        .unwrap()
+        .call(event(bad.clone(), 30_000))
+        .await;
+
+    // THEN the duplicate is a Lambda error of its own type (SQS and async invocations retry
+    // it), never a success that would delete the message
+    let Err(e) = retried else {
+        panic!("{retried:?}")
+    };
+    assert!(matches!(e, Error::InProgress { .. }), "{e:?}");
+    let diagnostic = lambda_runtime::Diagnostic::from(e);
+    assert_eq!(diagnostic.error_type, "Idempotency.InProgress");
+
+    // AND another payload under a used key is a Conflict error
+    let other = order("ord_12", 999);
+    let conflict = service
+        .ready()
+        .await
+        .unwrap()
+        .call(event(other, 30_000))
+        .await;
+    let diagnostic = lambda_runtime::Diagnostic::from(conflict.unwrap_err());
+    assert_eq!(diagnostic.error_type, "Idempotency.Conflict");
     assert_eq!(charges.load(Ordering::SeqCst), 1);
+    assert_eq!(took_over.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
@@ -531,4 +569,315 @@ async fn a_map_in_the_payload_fingerprints_the_same_in_any_order() {
         .await
         .unwrap();
     assert_eq!((ran, replayed), (Answer::Ran(1), Answer::Replayed(1)));
+}
+
+// ------------------------------------------------------------------ limits, errors, switches
+
+use dynamo_claim::{
+    finalized_size, ClaimOutcome, FinalizeOutcome, Fingerprint, OwnerToken, Rejection, StoreError,
+    StoredResponse, MAX_ITEM_BYTES, MAX_KEY_BYTES,
+};
+
+/// Claims `key` and finalizes it with a body of `body_len` bytes: what the table then holds.
+async fn finalize_sized(table: &ClaimTable, key: &str, body_len: usize) -> ClaimState {
+    let fp = Fingerprint::new("fp");
+    let ClaimOutcome::Claimed { token, .. } = table.claim(key, &fp, 60_000).await.unwrap() else {
+        panic!("not claimed")
+    };
+    let response = StoredResponse {
+        status: 201,
+        body: "b".repeat(body_len),
+    };
+    let done = table
+        .finalize_with(key, &fp, &token, &response)
+        .await
+        .unwrap();
+    assert_eq!(done, FinalizeOutcome::Done);
+    table.get(key).await.unwrap().unwrap().state
+}
+
+#[tokio::test]
+async fn an_answer_one_byte_under_at_and_over_the_item_limit_is_kept_kept_and_not_rerun() {
+    // GIVEN the body length at which the finalized item is exactly DynamoDB's 400 KB
+    let table = table("itemlimit").await;
+    let empty = StoredResponse {
+        status: 201,
+        body: String::new(),
+    };
+    let token = OwnerToken::generate();
+    let overhead = finalized_size("k-at", &Fingerprint::new("fp"), &token, &empty);
+    let at = MAX_ITEM_BYTES - overhead;
+
+    // WHEN answers 1 byte under, at, and 1 byte over it are finalized
+    let under = finalize_sized(&table, "k-un", at - 1).await;
+    let exact = finalize_sized(&table, "k-at", at).await;
+    let over = finalize_sized(&table, "k-ov", at + 1).await;
+
+    // THEN the first two are stored byte for byte, the third is DONE without its answer
+    assert!(matches!(&under, ClaimState::Done(r) if r.body.len() == at - 1 && r.status == 201));
+    assert!(matches!(&exact, ClaimState::Done(r) if r.body.len() == at));
+    assert_eq!(over, ClaimState::DoneUnrecorded { status: 201 });
+    // AND a duplicate of the over-limit one learns it happened: no claim, nothing to run
+    let again = table
+        .claim("k-ov", &Fingerprint::new("fp"), 60_000)
+        .await
+        .unwrap();
+    assert_eq!(again, ClaimOutcome::ReplayUnrecorded { status: 201 });
+}
+
+#[tokio::test]
+async fn a_plain_finalize_dynamodb_refuses_as_too_large_finishes_without_the_answer() {
+    // GIVEN a claim finalized without its fingerprint, with an answer over 400 KB
+    let table = table("refusedsize").await;
+    let fp = Fingerprint::new("fp");
+    let ClaimOutcome::Claimed { token, .. } = table.claim("k", &fp, 60_000).await.unwrap() else {
+        panic!()
+    };
+    let big = StoredResponse {
+        status: 200,
+        body: "x".repeat(MAX_ITEM_BYTES + 1),
+    };
+    // WHEN DynamoDB refuses the write as too large
+    let done = table.finalize("k", &token, &big).await.unwrap();
+    // THEN the claim is finished anyway, and a duplicate is told so
+    assert_eq!(done, FinalizeOutcome::Done);
+    assert_eq!(
+        table.claim("k", &fp, 60_000).await.unwrap(),
+        ClaimOutcome::ReplayUnrecorded { status: 200 }
+    );
+}
+
+#[tokio::test]
+async fn a_600_kb_value_runs_once_however_often_it_is_retried_also_after_the_lease() {
+    // GIVEN a handler whose value is 600 KB
+    let table = table("bigvalue").await;
+    let once = orders(table).lease_ms(1);
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_big", 100);
+    let run = || {
+        let charges = Arc::clone(&charges);
+        async move {
+            charges.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failed<String>>("m".repeat(600 * 1024))
+        }
+    };
+    // WHEN it runs, and is retried at once and after its 1 ms lease
+    let first = once.run(&o, None, |_| run()).await.unwrap();
+    let second = once.run(&o, None, |_| run()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let third = once.run(&o, None, |_| run()).await.unwrap();
+    // THEN one charge; the duplicates are told it ran and its value was not kept
+    assert!(matches!(first, Answer::Ran(ref v) if v.len() == 600 * 1024));
+    assert_eq!(second, Answer::DoneUnrecorded);
+    assert_eq!(third, Answer::DoneUnrecorded);
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn keys_one_byte_under_at_and_over_the_key_limit_are_stored_and_the_longer_hashed() {
+    let table = table("keylimit").await;
+    let fp = Fingerprint::new("fp");
+    let key = |len: usize, last: char| format!("{}{last}", "k".repeat(len - 1));
+    for len in [MAX_KEY_BYTES - 1, MAX_KEY_BYTES] {
+        // GIVEN a key up to DynamoDB's 2,048 bytes: stored as it is
+        let k = key(len, 'a');
+        assert!(matches!(
+            table.claim(&k, &fp, 60_000).await.unwrap(),
+            ClaimOutcome::Claimed { .. }
+        ));
+        assert_eq!(table.get(&k).await.unwrap().unwrap().key, k);
+    }
+    // WHEN two keys over it share their first 2,048 bytes
+    let (a, b) = (key(MAX_KEY_BYTES + 1, 'a'), key(MAX_KEY_BYTES + 1, 'b'));
+    let claimed_a = table.claim(&a, &fp, 60_000).await.unwrap();
+    let claimed_b = table.claim(&b, &fp, 60_000).await.unwrap();
+    // THEN each is its own claim, stored under a readable prefix and its SHA-256
+    assert!(
+        matches!(claimed_a, ClaimOutcome::Claimed { .. }),
+        "{claimed_a:?}"
+    );
+    assert!(
+        matches!(claimed_b, ClaimOutcome::Claimed { .. }),
+        "{claimed_b:?}"
+    );
+    let stored = table.get(&a).await.unwrap().unwrap().key;
+    assert!(
+        stored.starts_with(&"k".repeat(64)) && stored.contains("#sha256:"),
+        "{stored}"
+    );
+    assert!(stored.len() < 200);
+    // AND the same long key again finds its claim
+    assert!(matches!(
+        table.claim(&a, &fp, 60_000).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+}
+
+#[tokio::test]
+async fn an_empty_key_is_no_key_and_never_reaches_the_table() {
+    let table = table("emptykey").await;
+    let once = Idempotency::new(table.clone(), |_: &Order| Some(String::new()));
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_e", 1);
+    let r = once.run(&o, None, |_| charger(&charges, &o)).await;
+    assert!(matches!(r, Err(Error::NoKey)), "{r:?}");
+    let direct = table.claim("", &Fingerprint::new("fp"), 1_000).await;
+    assert!(matches!(
+        direct,
+        Err(StoreError::Rejected {
+            why: Rejection::Invalid,
+            ..
+        })
+    ));
+    assert_eq!(charges.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn permanent_store_errors_are_not_retryable_and_an_outage_is() {
+    // GIVEN a table that does not exist, and a store that does not answer
+    let missing = ClaimTable::new(&client(), "claims-no-such-table");
+    let down = {
+        let conf = aws_sdk_dynamodb::config::Builder::new()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url("http://127.0.0.1:9")
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+            .build();
+        ClaimTable::new(&aws_sdk_dynamodb::Client::from_conf(conf), "claims")
+    };
+    let fp = Fingerprint::new("fp");
+    // WHEN each is asked for a claim
+    let refused = missing.claim("k", &fp, 1_000).await.unwrap_err();
+    let out = down.claim("k", &fp, 1_000).await.unwrap_err();
+    // THEN the missing table is a refusal to fix, the outage one to retry
+    assert!(
+        matches!(
+            refused,
+            StoreError::Rejected {
+                why: Rejection::NoTable,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(!refused.is_retryable());
+    assert!(matches!(out, StoreError::Unavailable { .. }), "{out:?}");
+    assert!(out.is_retryable());
+}
+
+#[tokio::test]
+async fn a_claim_that_vanished_under_a_finished_effect_is_written_back_and_never_rerun() {
+    // GIVEN a handler during whose run its claim item is deleted (by hand, or TTL)
+    let table = table("vanished").await;
+    let once = orders(table.clone());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_v", 100);
+    let name = table.name().to_owned();
+    let first = once
+        .run(&o, None, |_| {
+            let (charges, name) = (Arc::clone(&charges), name.clone());
+            async move {
+                client()
+                    .delete_item()
+                    .table_name(name)
+                    .key(
+                        "pk",
+                        aws_sdk_dynamodb::types::AttributeValue::S("ord_v".into()),
+                    )
+                    .send()
+                    .await
+                    .unwrap();
+                charges.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Failed<String>>(Receipt {
+                    charge: "ch_1".into(),
+                    amount_minor: 100,
+                })
+            }
+        })
+        .await
+        .unwrap();
+    // WHEN the order is delivered again
+    let second = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    // THEN the first value stands and nothing ran twice
+    assert!(matches!(first, Answer::Ran(ref r) if r.charge == "ch_1"));
+    assert!(
+        matches!(second, Answer::Replayed(ref r) if r.charge == "ch_1"),
+        "{second:?}"
+    );
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_claim_past_its_retention_is_absent_whatever_ttl_has_done() {
+    // GIVEN claims kept 0 s (dynalite has no TTL: the item stays, as DynamoDB's may for days)
+    let table = table("expiry").await.retention_s(0);
+    let once = orders(table.clone());
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_x", 100);
+    once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // WHEN it is read and delivered again past its retention
+    let read = table.get("ord_x").await.unwrap();
+    let again = once.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    // THEN it is absent, and the delivery is a new run
+    assert!(read.is_none(), "{read:?}");
+    assert!(matches!(again, Answer::Ran(_)), "{again:?}");
+    assert_eq!(charges.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_kill_switch_runs_handlers_plainly_and_the_replay_hook_marks_replays() {
+    let table = table("switches").await;
+    let charges = Arc::new(AtomicUsize::new(0));
+    let o = order("ord_s", 100);
+    // GIVEN idempotency turned off: every call runs and nothing is claimed
+    let off = orders(table.clone()).disabled(true);
+    for _ in 0..2 {
+        let a = off.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+        assert!(matches!(a, Answer::Ran(_)));
+    }
+    assert_eq!(charges.load(Ordering::SeqCst), 2);
+    assert!(table.get("ord_s").await.unwrap().is_none());
+    // GIVEN a replay hook: the replayed value is marked, the stored one is not
+    let on = orders(table.clone()).on_replay(|v| v["charge"] = "replayed".into());
+    let first = on.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    let second = on.run(&o, None, |_| charger(&charges, &o)).await.unwrap();
+    assert!(matches!(first, Answer::Ran(ref r) if r.charge == "ch_3"));
+    assert!(matches!(second, Answer::Replayed(ref r) if r.charge == "replayed"));
+    assert_eq!(charges.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn an_api_gateway_retry_with_a_new_request_id_replays_and_another_body_conflicts() {
+    let table = table("apigw").await;
+    let once = Idempotency::key_path(table, "/headers/Idempotency-Key");
+    let charges = Arc::new(AtomicUsize::new(0));
+    let event = |request_id: &str, body: &str| {
+        serde_json::json!({"httpMethod": "POST", "path": "/charges", "body": body,
+            "headers": {"Idempotency-Key": "k1", "X-Amzn-Trace-Id": request_id},
+            "requestContext": {"requestId": request_id, "requestTimeEpoch": 1_700_000_000_000_i64,
+                               "stage": "prod"}})
+    };
+    let run = |e: serde_json::Value| {
+        let charges = Arc::clone(&charges);
+        let once = once.clone();
+        async move {
+            once.run(&e, None, |_| async move {
+                charges.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Failed<String>>("ch".to_owned())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    assert!(matches!(
+        run(event("req-1", "{\"a\":1}")).await,
+        Answer::Ran(_)
+    ));
+    assert!(matches!(
+        run(event("req-2", "{\"a\":1}")).await,
+        Answer::Replayed(_)
+    ));
+    assert_eq!(run(event("req-3", "{\"a\":2}")).await, Answer::Conflict);
+    assert_eq!(charges.load(Ordering::SeqCst), 1);
 }

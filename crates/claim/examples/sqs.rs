@@ -2,11 +2,12 @@
 //! once, in batches). The key is the order's id, not the message id, so a producer that sends
 //! the same order twice is caught too; the payload compared is the order, not the message's
 //! delivery metadata. An order still in progress elsewhere, a conflict or a failure is reported
-//! as a batch item failure, so SQS delivers it again (`ReportBatchItemFailures` on the mapping).
+//! as a batch item failure by `Idempotency::batch`, so SQS delivers it again
+//! (`ReportBatchItemFailures` on the mapping); a FIFO queue's failed group stops there.
 //!
 //! `CLAIMS_TABLE=claims cargo lambda watch --example sqs`
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEventObj, SqsMessageObj};
-use dynamo_claim::{Answer, ClaimTable, Deadline, Failed, Idempotency};
+use aws_lambda_events::sqs::{SqsEventObj, SqsMessageObj};
+use dynamo_claim::{BatchItem, BatchResponse, ClaimTable, Deadline, Failed, Idempotency};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -26,16 +27,16 @@ fn once(table: ClaimTable) -> Idempotency<Message> {
 async fn handle(
     once: &Idempotency<Message>,
     event: LambdaEvent<SqsEventObj<Order>>,
-) -> SqsBatchResponse {
+) -> BatchResponse {
+    let item = |m: &Message| BatchItem {
+        id: m.message_id.clone().unwrap_or_default(),
+        group: m.attributes.get("MessageGroupId").cloned(),
+    };
     let deadline = Deadline::of(&event.context);
-    let mut response = SqsBatchResponse::default();
-    for message in &event.payload.records {
-        let answer = once.run(message, deadline, |_| charge(&message.body)).await;
-        if !matches!(answer, Ok(Answer::Ran(_) | Answer::Replayed(_))) {
-            response.add_failure(message.message_id.clone().unwrap_or_default());
-        }
-    }
-    response
+    once.batch(&event.payload.records, item, deadline, |m, _| {
+        charge(&m.body)
+    })
+    .await
 }
 
 #[tokio::main]

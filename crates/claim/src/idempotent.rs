@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::cache::LocalCache;
 use crate::clock::local_now_ms;
 use crate::protocol::{ClaimOutcome, FinalizeOutcome, Fingerprint, StoredResponse};
+use crate::store::Store;
 use crate::{ClaimTable, StoreError};
 
 /// What a call came to. Every outcome a duplicate can meet is a value, not an error: the
@@ -124,9 +125,10 @@ pub const DISABLED_VAR: &str = "DYNAMO_CLAIM_DISABLED";
 /// The separator between a key's prefix and the key itself.
 pub const PREFIX_SEPARATOR: &str = "#";
 
-/// Makes calls idempotent by a key taken from their event.
-pub struct Idempotency<E> {
-    table: ClaimTable,
+/// Makes calls idempotent by a key taken from their event, with claims kept in `S` (a
+/// DynamoDB [`ClaimTable`] by default; [`crate::MemoryStore`] in a user's unit tests).
+pub struct Idempotency<E, S = ClaimTable> {
+    table: S,
     key: Arc<KeyFn<E>>,
     payload: Arc<PayloadFn<E>>,
     prefix: String,
@@ -136,7 +138,7 @@ pub struct Idempotency<E> {
     on_replay: Option<Arc<ReplayFn>>,
 }
 
-impl<E> Clone for Idempotency<E> {
+impl<E, S: Clone> Clone for Idempotency<E, S> {
     fn clone(&self) -> Self {
         Idempotency {
             table: self.table.clone(),
@@ -225,15 +227,12 @@ fn canonical(value: serde_json::Value) -> serde_json::Value {
     }
 }
 
-impl<E: Serialize + 'static> Idempotency<E> {
+impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
     /// Keys each event by `key` (`None`: the event has no key, and nothing runs). The whole
     /// event is the payload a duplicate must match, which is safe (nothing is ever replayed for
     /// other data) but strict: narrow it with [`Idempotency::validate`] or
     /// [`Idempotency::validate_path`] for triggers that add delivery metadata.
-    pub fn new(
-        table: ClaimTable,
-        key: impl Fn(&E) -> Option<String> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn new(table: S, key: impl Fn(&E) -> Option<String> + Send + Sync + 'static) -> Self {
         let disabled = std::env::var(DISABLED_VAR)
             .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "True"));
         Idempotency {
@@ -276,7 +275,7 @@ impl<E: Serialize + 'static> Idempotency<E> {
 
     /// Keys each event by the value at JSON pointer `pointer` of its serde form
     /// (`"/messageId"`, `"/body/order_id"`).
-    pub fn key_path(table: ClaimTable, pointer: &str) -> Self {
+    pub fn key_path(table: S, pointer: &str) -> Self {
         let pointer = pointer.to_owned();
         Self::new(table, move |e: &E| pointed(e, &pointer))
     }
@@ -419,7 +418,7 @@ impl<E: Serialize + 'static> Idempotency<E> {
         };
         match self
             .table
-            .finalize_with(&key, &fingerprint, &token, &stored)
+            .finalize(&key, &fingerprint, &token, &stored)
             .await?
         {
             FinalizeOutcome::Done => {

@@ -30,21 +30,23 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::idempotent::{Answer, Attempt, Deadline, Error, Failed, Idempotency};
+use crate::store::Store;
+use crate::ClaimTable;
 
-/// Wraps a `Service<LambdaEvent<E>>` so each key runs it at most once.
-pub struct IdempotencyLayer<E> {
-    idempotency: Idempotency<E>,
+/// Wraps a `Service<Attempted<E>>` so each key runs it at most once.
+pub struct IdempotencyLayer<E, St = ClaimTable> {
+    idempotency: Idempotency<E, St>,
 }
 
-impl<E> IdempotencyLayer<E> {
-    /// The layer over `idempotency`'s key, payload and table.
-    pub fn new(idempotency: Idempotency<E>) -> Self {
+impl<E, St> IdempotencyLayer<E, St> {
+    /// The layer over `idempotency`'s key, payload and store.
+    pub fn new(idempotency: Idempotency<E, St>) -> Self {
         IdempotencyLayer { idempotency }
     }
 }
 
-impl<S, E> Layer<S> for IdempotencyLayer<E> {
-    type Service = Idempotent<S, E>;
+impl<S, E, St: Clone> Layer<S> for IdempotencyLayer<E, St> {
+    type Service = Idempotent<S, E, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
         Idempotent {
@@ -55,12 +57,12 @@ impl<S, E> Layer<S> for IdempotencyLayer<E> {
 }
 
 /// The service [`IdempotencyLayer`] makes.
-pub struct Idempotent<S, E> {
+pub struct Idempotent<S, E, St = ClaimTable> {
     inner: S,
-    idempotency: Idempotency<E>,
+    idempotency: Idempotency<E, St>,
 }
 
-impl<S: Clone, E> Clone for Idempotent<S, E> {
+impl<S: Clone, E, St: Clone> Clone for Idempotent<S, E, St> {
     fn clone(&self) -> Self {
         Idempotent {
             inner: self.inner.clone(),
@@ -79,7 +81,7 @@ pub struct Attempted<E> {
     pub attempt: Attempt,
 }
 
-impl<S, E, R> Service<LambdaEvent<E>> for Idempotent<S, E>
+impl<S, E, R, St: Store> Service<LambdaEvent<E>> for Idempotent<S, E, St>
 where
     S: Service<Attempted<E>, Response = R> + Clone + Send + 'static,
     S::Future: Send,

@@ -25,8 +25,12 @@
 //!
 //! - [`protocol`]: the vocabulary and the one decision, pure ([`judge_existing`]).
 //! - [`ClaimTable`]: the claim table on DynamoDB: claim, take over, finalize, release, read.
+//! - [`Store`]: the five calls a store keeps the protocol with; [`ClaimTable`] and
+//!   [`MemoryStore`] (one process, for users' unit tests) implement it.
 //! - [`Idempotency`]: the function-level entry (a key and a payload from the event, a lease
 //!   from the deadline, the answer replayed, an optional in-process cache).
+//! - [`Idempotency::batch`]: a batch (SQS, Kinesis) run record by record, the ones to deliver
+//!   again answered as `batchItemFailures` ([`BatchResponse`]), FIFO-aware.
 //! - [`IdempotencyLayer`] (feature `lambda`): the same as a tower layer over a
 //!   `lambda_runtime` handler.
 //! - [`StoreClock`]: DynamoDB's own time, learnt from its answers: leases never depend on a
@@ -63,6 +67,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod batch;
 mod cache;
 mod clock;
 mod error;
@@ -71,8 +76,10 @@ pub mod item;
 #[cfg(feature = "lambda")]
 mod lambda;
 pub mod protocol;
+mod store;
 mod table;
 
+pub use batch::{BatchItem, BatchResponse, ItemFailure};
 pub use clock::{local_now_ms, ServerDate, StoreClock};
 pub use error::{Rejection, StoreError};
 pub use idempotent::{
@@ -84,6 +91,7 @@ pub use protocol::{
     judge_existing, ClaimOutcome, ClaimRecord, ClaimState, Existing, FinalizeOutcome, Fingerprint,
     OwnerToken, StoredResponse,
 };
+pub use store::{MemoryStore, Store};
 pub use table::{
     expires_at_s, finalized_size, record_of, shard_of, storage_key, ClaimTable, DONE, IN_PROGRESS,
     MAX_ITEM_BYTES, MAX_KEY_BYTES, OPEN_INDEX,

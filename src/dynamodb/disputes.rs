@@ -6,11 +6,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{n, s};
-use super::payments::{history_entry, WRITE_ROUNDS};
+use super::payment_item::{history_entry, totals_condition, WRITE_ROUNDS};
 use super::DynamoStore;
 use crate::domain::{DisputeFacts, DisputeMovement, IdempotencyKey, ProviderId};
 use crate::payments::disputes::withdrawal_key;
-use crate::payments::pairs::PairGuard;
 use crate::payments::{
     judge_dispute, DisputeJudgement, DisputeOutcome, DisputeWrite, PaymentRecord,
 };
@@ -117,19 +116,4 @@ fn money_moves(movement: DisputeMovement, debit: Option<i64>) -> String {
         // The merchant won before any money was taken: only the history and the key.
         (DisputeMovement::Declined, _) => String::new(),
     }
-}
-
-/// ` AND refunded_minor = :r0 AND disputed_minor = :d0` (either absent counting as 0): the
-/// totals the pairing judge read, so a refund and a withdrawal of one payment are decided one
-/// after the other, never both as the first report of their money.
-pub(super) fn totals_condition(g: &PairGuard) -> String {
-    let exact = |field: &str, value: i64, placeholder: &str| {
-        if value == 0 {
-            format!(" AND (attribute_not_exists({field}) OR {field} = {placeholder})")
-        } else {
-            format!(" AND {field} = {placeholder}")
-        }
-    };
-    exact("refunded_minor", g.refunded_minor, ":r0")
-        + &exact("disputed_minor", g.disputed_minor, ":d0")
 }

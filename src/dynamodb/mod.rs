@@ -11,6 +11,7 @@ mod events;
 pub mod lean;
 mod ledger;
 pub mod observe;
+mod payment_item;
 mod payments;
 mod payouts;
 pub mod regions;

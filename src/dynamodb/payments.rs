@@ -18,8 +18,8 @@
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-use super::disputes::totals_condition;
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
+use super::payment_item::{history_entry, totals_condition, WRITE_ROUNDS};
 use super::DynamoStore;
 use crate::domain::{
     AccountId, Currency, Fingerprint, IdempotencyKey, Money, PaymentFacts, PaymentStatus,
@@ -34,11 +34,6 @@ use crate::payments::{
     RefundWrite, RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::store::StoreError;
-
-/// Rounds of write -> judge -> write again before answering "contended" (retryable). Each failed
-/// round means another writer changed the payment, so the rounds only run out under a storm of
-/// concurrent refunds on one payment; the provider's retry then finishes it.
-pub(super) const WRITE_ROUNDS: usize = 32;
 
 /// A credit's claim on its payment, being applied / finished.
 const APPLYING: &str = "APPLYING";
@@ -91,31 +86,6 @@ pub(super) fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue 
 
 fn history(status: PaymentStatus, note: &str, at_ms: i64) -> AttributeValue {
     history_entry(status, note, at_ms, None, None)
-}
-
-/// One history entry as a one-element list (for `list_append`), with the money it moved when it
-/// is a dispute's (or a paired provider's refund), and what it debited when pairing decided it.
-pub(super) fn history_entry(
-    status: PaymentStatus,
-    note: &str,
-    at_ms: i64,
-    amount_minor: Option<i64>,
-    debit_minor: Option<i64>,
-) -> AttributeValue {
-    let mut entry: std::collections::HashMap<String, AttributeValue> = [
-        ("at_ms".to_owned(), n(at_ms)),
-        ("status".to_owned(), s(status.as_str())),
-        ("note".to_owned(), s(note)),
-    ]
-    .into_iter()
-    .collect();
-    if let Some(amount) = amount_minor {
-        entry.insert("amount_minor".to_owned(), n(amount));
-    }
-    if let Some(debit) = debit_minor {
-        entry.insert("debit_minor".to_owned(), n(debit));
-    }
-    AttributeValue::L(vec![AttributeValue::M(entry)])
 }
 
 /// Keys as stored in a string set.

@@ -13,6 +13,8 @@ pub mod json;
 pub mod orders;
 pub mod paystack;
 pub mod razorpay;
+#[cfg(test)]
+mod round_trip;
 pub mod signature;
 pub mod stripe;
 pub mod transfers;

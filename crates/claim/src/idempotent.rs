@@ -511,3 +511,125 @@ impl Deadline {
             .saturating_add(Self::MARGIN_MS)
     }
 }
+
+/// The in-memory store under `Idempotency`: what a user's unit tests meet.
+#[cfg(test)]
+mod memory_store {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::protocol::{ClaimOutcome, FinalizeOutcome};
+    use crate::store::{MemoryStore, Store};
+
+    #[derive(serde::Serialize)]
+    struct Order {
+        id: String,
+        amount_minor: i64,
+    }
+
+    fn order(id: &str, amount_minor: i64) -> Order {
+        Order {
+            id: id.into(),
+            amount_minor,
+        }
+    }
+
+    async fn charge(
+        once: &Idempotency<Order, MemoryStore>,
+        o: &Order,
+        charges: &AtomicUsize,
+        size: usize,
+    ) -> Answer<String> {
+        once.run(o, None, |_| async {
+            charges.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Failed<String>>("c".repeat(size))
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_memory_store_keeps_the_protocol_without_dynamodb() {
+        let store = MemoryStore::new();
+        let once = Idempotency::key_path(store.clone(), "/id").prefix("");
+        let charges = AtomicUsize::new(0);
+        let o = order("ord_1", 100);
+        assert_eq!(
+            charge(&once, &o, &charges, 2).await,
+            Answer::Ran("cc".into())
+        );
+        assert_eq!(
+            charge(&once, &o, &charges, 2).await,
+            Answer::Replayed("cc".into())
+        );
+        assert_eq!(
+            charge(&once, &order("ord_1", 999), &charges, 2).await,
+            Answer::Conflict
+        );
+        // An answer too large for DynamoDB is not recorded here either: the tests a user
+        // writes against memory meet what the table would do.
+        let big = order("ord_2", 1);
+        assert!(matches!(
+            charge(&once, &big, &charges, 600 * 1024).await,
+            Answer::Ran(_)
+        ));
+        assert_eq!(
+            charge(&once, &big, &charges, 1).await,
+            Answer::DoneUnrecorded
+        );
+        assert_eq!(charges.load(Ordering::SeqCst), 2);
+        assert_eq!(store.claims().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_live_claim_is_in_progress_and_an_expired_one_is_taken_over_and_told() {
+        let store = MemoryStore::new();
+        let fp = Fingerprint::new("fp");
+        let ClaimOutcome::Claimed { token, .. } = store.claim("k", &fp, 1).await.unwrap() else {
+            panic!()
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let next = store.claim("k", &fp, 60_000).await.unwrap();
+        assert!(
+            matches!(
+                next,
+                ClaimOutcome::Claimed {
+                    took_over: true,
+                    ..
+                }
+            ),
+            "{next:?}"
+        );
+        assert!(matches!(
+            store.claim("k", &fp, 60_000).await.unwrap(),
+            ClaimOutcome::InFlight { .. }
+        ));
+        // The zombie's finalize and release do nothing to its successor's claim.
+        let r = StoredResponse {
+            status: 200,
+            body: "{}".into(),
+        };
+        assert_eq!(
+            store.finalize("k", &fp, &token, &r).await.unwrap(),
+            FinalizeOutcome::Superseded(None)
+        );
+        assert!(!store.release("k", &token).await.unwrap());
+        assert!(store.get("k").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_done_claim_past_its_retention_is_absent() {
+        let store = MemoryStore::new().retention_ms(0);
+        let once = Idempotency::key_path(store.clone(), "/id").prefix("");
+        let charges = AtomicUsize::new(0);
+        let o = order("ord_3", 1);
+        charge(&once, &o, &charges, 1).await;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        assert!(store.get("ord_3").await.unwrap().is_none());
+        assert!(matches!(
+            charge(&once, &o, &charges, 1).await,
+            Answer::Ran(_)
+        ));
+        assert_eq!(charges.load(Ordering::SeqCst), 2);
+    }
+}

@@ -165,10 +165,7 @@ async fn eventual_global_tables() -> String {
                 answer.to_string(),
             )
         });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
+    serve_fake(app).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -389,10 +389,7 @@ async fn read_api(store: &DynamoStore) -> (String, Arc<std::sync::Mutex<Vec<Stri
             inner.oneshot(req).await.unwrap()
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, front).await.unwrap() });
-    (url, seen)
+    (crate::common::serve_fake(front).await, seen)
 }
 
 #[tokio::test]

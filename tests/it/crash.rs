@@ -440,10 +440,7 @@ async fn fake_provider(
                 ),
             )
             .with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
+    (serve_fake(app).await, seen)
 }
 
 async fn expect(store: &DynamoStore, r: &str, acct: &str, amount: i64) {

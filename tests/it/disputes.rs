@@ -744,10 +744,7 @@ async fn fake_list(
             (axum::http::StatusCode::OK, list.to_string())
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), calls)
+    (serve_fake(app).await, calls)
 }
 
 async fn reconcile_with(

@@ -23,8 +23,7 @@ use payhook::cli::client::sign_headers;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, ProviderId};
 use payhook::dynamodb::DynamoStore;
-use payhook::http::payouts::PayoutAccess;
-use payhook::http::{App, ReadToken};
+use payhook::http::App;
 use payhook::ledger::Ledger;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -113,10 +112,7 @@ async fn fake_stripe() -> (String, Shared) {
             axum::routing::post(post_transfer).get(list_transfers),
         )
         .with_state(shared.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), shared)
+    (serve_fake(app).await, shared)
 }
 
 // ------------------------------------------------------------------------------ payhook
@@ -136,14 +132,7 @@ fn config(url: &str) -> Config {
 }
 
 fn payout_app(store: DynamoStore, config: &Config) -> Arc<App<DynamoStore>> {
-    let mut app = payhook::runtime::build_app(config, store);
-    let a = Arc::get_mut(&mut app).unwrap();
-    a.metrics = payhook::metrics::MetricsSink::Off;
-    a.payouts = payhook::runtime::payout_service(
-        config,
-        PayoutAccess::token(ReadToken::new(TOKEN).unwrap()),
-    );
-    app
+    common::payout_app(store, config, TOKEN)
 }
 
 async fn call(app: &Arc<App<DynamoStore>>, req: Request<Body>) -> (u16, Value) {

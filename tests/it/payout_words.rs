@@ -21,8 +21,7 @@ use common::*;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency};
 use payhook::dynamodb::DynamoStore;
-use payhook::http::payouts::PayoutAccess;
-use payhook::http::{App, ReadToken};
+use payhook::http::App;
 use payhook::ledger::Ledger;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -156,10 +155,7 @@ async fn fake(paystack: bool, first_post: FirstPost) -> (String, Shared) {
             axum::routing::get(get_transfer),
         )
         .with_state(shared.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), shared)
+    (serve_fake(app).await, shared)
 }
 
 fn counts(f: &Shared) -> (usize, usize) {
@@ -194,14 +190,7 @@ fn config_with(url: &str, extra: &[(&str, &str)]) -> Config {
 }
 
 fn payout_app(store: DynamoStore, config: &Config) -> Arc<App<DynamoStore>> {
-    let mut app = payhook::runtime::build_app(config, store);
-    let a = Arc::get_mut(&mut app).unwrap();
-    a.metrics = payhook::metrics::MetricsSink::Off;
-    a.payouts = payhook::runtime::payout_service(
-        config,
-        PayoutAccess::token(ReadToken::new(TOKEN).unwrap()),
-    );
-    app
+    common::payout_app(store, config, TOKEN)
 }
 
 #[derive(Debug)]

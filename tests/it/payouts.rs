@@ -126,10 +126,7 @@ async fn fake_transfers() -> (String, Shared) {
         .route("/transfers", axum::routing::post(create_transfer))
         .route("/transfers/{reference}", axum::routing::get(get_transfer))
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), fake)
+    (serve_fake(app).await, fake)
 }
 
 fn payout_config(api_url: &str) -> Config {

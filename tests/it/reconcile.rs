@@ -57,10 +57,7 @@ async fn fake_provider(behaviour: Behaviour) -> (String, Arc<Mutex<HashMap<Strin
             (axum::http::StatusCode::from_u16(status).unwrap(), body)
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), calls)
+    (serve_fake(app).await, calls)
 }
 
 fn config() -> Config {

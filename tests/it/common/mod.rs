@@ -326,3 +326,25 @@ impl payhook::http::live::Refresh for CountingRefresh {
         Box::pin(async move { Some(providers) })
     }
 }
+
+/// Serves `router` (a fake provider, a front) on a loopback port for the rest of the test: its
+/// base URL.
+pub async fn serve_fake(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// An app built from `config` on `store`, metrics off, whose payout routes take callers
+/// holding `token`.
+pub fn payout_app(store: DynamoStore, config: &Config, token: &str) -> Arc<App<DynamoStore>> {
+    let mut app = build_app(config, store);
+    let a = Arc::get_mut(&mut app).unwrap();
+    a.metrics = payhook::metrics::MetricsSink::Off;
+    a.payouts = payhook::runtime::payout_service(
+        config,
+        payhook::http::payouts::PayoutAccess::token(payhook::http::ReadToken::new(token).unwrap()),
+    );
+    app
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The bare-SDK floor (examples/sdk_floor.rs), counted by callgrind: instructions per round of
-five unconditional PutItems through a client built as payhook builds its own. The program runs
+"""The bare-SDK floor (examples/sdk_floor.rs), counted by callgrind: instructions per round of the
+requests a class of delivery makes (`--calls`, sdk_floor's CALLS: `UPUP` a new credit, `UP` a
+duplicate on a store returning ALL_OLD, `UGP` on dynalite; `PPPPP` by default), unconditional,
+through a client built as payhook builds its own. The program runs
 twice under callgrind, with --low and --high rounds; (high total - low total) / (high - low) is
 one round's count with start-up and tear-down cancelled out, so it moves far less than 1%
 between runs on a loaded machine. Prints JSON.
@@ -17,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from instructions import totals  # noqa: E402  (one reader of callgrind's totals line)
 
 
-def count(floor, rounds, out):
-    path = os.path.join(out, f"floor.{rounds}.out")
-    env = dict(os.environ, ROUNDS=str(rounds))
+def count(floor, rounds, out, calls):
+    path = os.path.join(out, f"floor.{calls}.{rounds}.out")
+    env = dict(os.environ, ROUNDS=str(rounds), CALLS=calls)
     subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=no", f"--callgrind-out-file={path}", floor],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return totals(path)
@@ -31,13 +33,19 @@ def main():
     p.add_argument("--low", type=int, default=20)
     p.add_argument("--high", type=int, default=120)
     p.add_argument("--out", required=True)
+    p.add_argument("--calls", default="PPPPP,UPUP,UP,UGP", help="comma-separated CALLS sequences")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    low, high = count(args.floor, args.low, args.out), count(args.floor, args.high, args.out)
-    per_round = (high - low) / (args.high - args.low)
-    print(f"  sdk floor: {per_round / 1e6:.3f} M instructions per 5 PutItems", file=sys.stderr)
-    print(json.dumps({"rounds": [args.low, args.high], "totals": [low, high],
-                      "per_five_put_items": per_round}, indent=1))
+    result = {"rounds": [args.low, args.high], "per_round": {}}
+    for calls in args.calls.split(","):
+        low = count(args.floor, args.low, args.out, calls)
+        high = count(args.floor, args.high, args.out, calls)
+        per_round = (high - low) / (args.high - args.low)
+        print(f"  sdk floor {calls:<6} {per_round / 1e6:.3f} M instructions per round", file=sys.stderr)
+        result["per_round"][calls] = per_round
+    # The name earlier runs' floor.json used, for comparing across commits.
+    result["per_five_put_items"] = result["per_round"].get("PPPPP")
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

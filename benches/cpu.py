@@ -87,13 +87,20 @@ def secret_key():
     return base64.b64decode(s.split("_", 1)[1])
 
 
-def delivery(run, n, key, bad=False):
-    eid = f"evt_{run}_{n}"
+def delivery(run, n, key, bad=False, refund=None):
+    """A signed Standard Webhooks delivery of the n-th payment of `run`, or with `refund=j` its
+    j-th refund of one minor unit (a partial refund: the payment stays refundable)."""
+    eid = f"evt_{run}_{n}" + ("" if refund is None else f"_r{refund}")
     ts = str(int(time.time()))
-    body = json.dumps({
-        "id": eid, "type": "payment.succeeded", "created": int(time.time()),
-        "data": {"reference": f"cpu_{run}_{n}", "account": f"cpu_{n % 64}", "amount": 1000 + n, "currency": "NGN"},
-    }, separators=(",", ":")).encode()
+    payment = f"cpu_{run}_{n}"
+    if refund is None:
+        event = {"type": "payment.succeeded",
+                 "data": {"reference": payment, "account": f"cpu_{n % 64}", "amount": 1000 + n, "currency": "NGN"}}
+    else:
+        event = {"type": "refund.succeeded",
+                 "data": {"reference": f"{payment}_r{refund}", "payment_reference": payment, "amount": 1, "currency": "NGN"}}
+    body = json.dumps({"id": eid, "type": event["type"], "created": int(time.time()), "data": event["data"]},
+                      separators=(",", ":")).encode()
     sig = base64.b64encode(hmac.new(key, f"{eid}.{ts}.".encode() + body, hashlib.sha256).digest()).decode()
     if bad:
         sig = ("A" if sig[0] != "A" else "B") + sig[1:]

@@ -38,14 +38,44 @@ def totals(path):
     raise RuntimeError(f"no totals in {path}")
 
 
+def refunded_duplicates(target, pid, prefix, run, key, args):
+    """`duplicate_refunded`: the duplicate of a credit whose payment has had `args.refunds`
+    partial refunds since (its history and refund keys grown), so the figure shows whether a
+    replay's cost grows with the payment's life. `args.refunded` payments, counted alike."""
+    m = args.refunded
+    news = [cpu.delivery(run, i, key) for i in range(m + 1)]
+    for i, (h, b) in enumerate(news):
+        cpu.expect(target, "new", *target.send(h, b))
+        for j in range(args.refunds):
+            cpu.expect(target, "new", *target.send(*cpu.delivery(run, i, key, refund=j)))
+    z = control("-z", pid)
+    for h, b in news[:m]:
+        cpu.expect(target, "duplicate", *target.send(h, b))
+    z.wait(60)
+    before = set(glob.glob(f"{prefix}.{pid}*"))
+    d = control("-d", pid)
+    time.sleep(0.2)
+    cpu.expect(target, "duplicate", *target.send(*news[m]))
+    d.wait(60)
+    new_files = sorted(set(glob.glob(f"{prefix}.{pid}*")) - before)
+    if not new_files:
+        raise RuntimeError("callgrind wrote no dump for the refunded duplicates")
+    return {"instructions": totals(new_files[-1]) / m, "dump": new_files[-1], "refunds": args.refunds}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--payhook", required=True)
-    p.add_argument("--targets", default="payhook-serve,payhook-lambda")
+    p.add_argument("--targets", default="payhook-serve,payhook-lambda",
+                   help="of benches/cpu.py's targets; pyref-serve is the Python reference (needs --python)")
+    p.add_argument("--python", default=sys.executable, help="a Python with benches/pyref/requirements.txt")
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--out", required=True, help="folder for the callgrind dumps")
     p.add_argument("--label", default="")
+    p.add_argument("--refunds", type=int, default=0,
+                   help="also measure duplicates of payments with this many refunds each (class duplicate_refunded)")
+    p.add_argument("--refunded", type=int, default=20, help="how many such payments (the class's N)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     key = cpu.secret_key()
@@ -55,7 +85,7 @@ def main():
         prefix = os.path.join(os.path.abspath(args.out), f"{args.label or 'run'}.{name}")
         for old in glob.glob(prefix + ".*"):
             os.remove(old)
-        opts = argparse.Namespace(payhook=args.payhook, python=sys.executable, stderr=subprocess.DEVNULL)
+        opts = argparse.Namespace(payhook=args.payhook, python=args.python, stderr=subprocess.DEVNULL)
         target = cpu.Target(name, opts, dict(os.environ))
         base = target.command
 
@@ -91,6 +121,10 @@ def main():
                     raise RuntimeError(f"callgrind wrote no dump for {name} {cls}")
                 per[cls] = {"instructions": totals(new_files[-1]) / args.n, "dump": new_files[-1]}
                 cpu.log(f"  {name:<15} {cls:<14} {per[cls]['instructions'] / 1e6:.3f} M instructions per delivery")
+            if args.refunds and name.startswith("payhook"):  # the Python reference has no refunds
+                per["duplicate_refunded"] = refunded_duplicates(target, pid, prefix, run + name + "r", key, args)
+                cpu.log(f"  {name:<15} {'dup. refunded':<14} {per['duplicate_refunded']['instructions'] / 1e6:.3f} M instructions per delivery"
+                        f" ({args.refunds} refunds on each payment)")
             result["targets"][name] = per
         finally:
             target.stop()

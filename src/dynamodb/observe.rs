@@ -1,11 +1,14 @@
-//! An SDK interceptor that counts DynamoDB requests by operation. The benchmark reports requests
-//! per delivery with it and tests assert exact counts; the money path is the same code with or
-//! without it (it only reads).
+//! An SDK interceptor that counts DynamoDB requests by operation, and the bytes of their
+//! responses. The benchmark reports requests per delivery with it and tests assert exact counts
+//! (and that a duplicate's reads do not grow with its payment's life); the money path is the
+//! same code with or without it (it only reads).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::interceptors::{
+    AfterDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextRef,
+};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::operation::{
     create_table::CreateTableInput, delete_item::DeleteItemInput,
@@ -30,10 +33,11 @@ fn operation(input: &Input) -> &'static str {
     "other"
 }
 
-/// Counts operations (one per call, however many retry attempts it took).
+/// Counts operations (one per call, however many retry attempts it took) and response bytes.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, u64>>>,
+    bytes_in: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl RequestCounter {
@@ -50,6 +54,12 @@ impl RequestCounter {
         if let Ok(mut c) = self.counts.lock() {
             c.clear();
         }
+        self.bytes_in.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes of every response body so far (each attempt's): what the SDK parsed.
+    pub fn bytes_in(&self) -> u64 {
+        self.bytes_in.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn get(&self, operation: &str) -> u64 {
@@ -84,6 +94,19 @@ impl Intercept for RequestCounter {
         if let Ok(mut c) = self.counts.lock() {
             *c.entry(op).or_default() += 1;
         }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let bytes = context.response().body().bytes().map_or(0, <[u8]>::len);
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.bytes_in
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }

@@ -96,10 +96,29 @@ fn keys(stored: Vec<String>) -> Vec<IdempotencyKey> {
         .collect()
 }
 
-pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
-    let r = Reader::new(item, table);
-    let history = r
-        .list("history")
+/// How much of a payment item a read keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum View {
+    /// All of it: the payment as the console, the API and the judges of refunds and disputes
+    /// read it.
+    Whole,
+    /// What a credit, its claim and the debits parked before it need ([`CREDIT_FIELDS`]):
+    /// never the history, the disputes or the dispute keys, which grow with every refund and
+    /// dispute; the refund key sets only when debits are parked (`parked::to_take` reads them).
+    /// So a credit's duplicate costs the same on a payment's first day and after its 50th
+    /// refund. [`PaidOutcome`](crate::payments::PaidOutcome)'s records are read this way.
+    Credit,
+}
+
+/// The attributes [`View::Credit`] keeps, as a projection (`#reference`, `#status` named).
+/// Not the refund key sets: a read that finds debits parked reads the item again, whole.
+const CREDIT_FIELDS: &str = "pk, provider, #reference, #status, account, amount_minor, currency, \
+     refunded_minor, paid_key, disputed_minor, parked_debits, \
+     ledger_shard, credit_at_ms, claim_state, claim_owner, claim_lease_ms, claim_fp, \
+     answer_status, answer_body, created_at_ms, updated_at_ms";
+
+fn history_of(r: &Reader<'_>, table: &str) -> Result<Vec<HistoryEntry>, StoreError> {
+    r.list("history")
         .iter()
         .filter_map(|v| v.as_m().ok())
         .map(|m| {
@@ -112,8 +131,35 @@ pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, Store
                 debit_minor: h.opt_num("debit_minor")?,
             })
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        .collect()
+}
+
+pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, StoreError> {
+    to_view(item, table, View::Whole)
+}
+
+fn to_view(item: &Item, table: &str, view: View) -> Result<PaymentRecord, StoreError> {
+    let r = Reader::new(item, table);
+    let whole = view == View::Whole;
+    let history = if whole {
+        history_of(&r, table)?
+    } else {
+        Vec::new()
+    };
     let disputes = crate::payments::disputes::disputes_of(&history);
+    let parked_debits: Vec<ParkedDebit> = r
+        .str_set("parked_debits")
+        .iter()
+        .filter_map(|t| ParkedDebit::parse(t))
+        .collect();
+    let refund_sets = whole || !parked_debits.is_empty();
+    let set = |name: &str, read: bool| {
+        if read {
+            keys(r.str_set(name))
+        } else {
+            Vec::new()
+        }
+    };
     Ok(PaymentRecord {
         provider: r.parsed("provider", |t| ProviderId::parse(t).ok_or(()))?,
         reference: r.parsed("reference", Reference::parse)?,
@@ -130,18 +176,14 @@ pub(super) fn to_record(item: &Item, table: &str) -> Result<PaymentRecord, Store
             .transpose()
             .map_err(|_| r.corrupt("currency"))?,
         refunded_minor: r.opt_num("refunded_minor")?.unwrap_or(0),
-        refund_keys: keys(r.str_set("refund_keys")),
-        reversed_refund_keys: keys(r.str_set("reversed_refund_keys")),
+        refund_keys: set("refund_keys", refund_sets),
+        reversed_refund_keys: set("reversed_refund_keys", refund_sets),
         paid_key: r
             .opt_str("paid_key")
             .map(|k| IdempotencyKey::from_stored(k.to_owned())),
-        dispute_keys: keys(r.str_set("dispute_keys")),
+        dispute_keys: set("dispute_keys", whole),
         disputed_minor: r.opt_num("disputed_minor")?.unwrap_or(0),
-        parked_debits: r
-            .str_set("parked_debits")
-            .iter()
-            .filter_map(|t| ParkedDebit::parse(t))
-            .collect(),
+        parked_debits,
         disputes,
         ledger_shard: r
             .opt_num("ledger_shard")?
@@ -299,17 +341,55 @@ impl DynamoStore {
         provider: ProviderId,
         reference: &Reference,
     ) -> Result<Option<PaymentRecord>, StoreError> {
+        self.read_view(provider, reference, View::Whole).await
+    }
+
+    /// A consistent read of the payment as `view` sees it: for [`View::Credit`] only
+    /// [`CREDIT_FIELDS`], unless debits are parked on it (then the item again, whole: the
+    /// credit takes them first and needs the refund key sets; a rare payment, read twice).
+    async fn read_view(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        view: View,
+    ) -> Result<Option<PaymentRecord>, StoreError> {
         let table = &self.tables.payments;
-        let out = self
+        let mut item = self.get_payment(provider, reference, view).await?;
+        let parked = |i: &Item| {
+            i.get("parked_debits")
+                .is_some_and(|v| v.as_ss().is_ok_and(|s| !s.is_empty()))
+        };
+        if view == View::Credit && item.as_ref().is_some_and(parked) {
+            item = self.get_payment(provider, reference, View::Whole).await?;
+        }
+        item.map(|i| to_view(&i, table, view)).transpose()
+    }
+
+    async fn get_payment(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+        view: View,
+    ) -> Result<Option<Item>, StoreError> {
+        let table = &self.tables.payments;
+        let get = self
             .client
             .get_item()
             .table_name(table)
             .key("pk", pk(provider, reference))
-            .consistent_read(true)
+            .consistent_read(true);
+        let get = match view {
+            View::Whole => get,
+            View::Credit => get
+                .projection_expression(CREDIT_FIELDS)
+                .expression_attribute_names("#reference", "reference")
+                .expression_attribute_names("#status", "status"),
+        };
+        let out = get
             .send()
             .await
             .map_err(|e| unavailable("GetItem", table, e))?;
-        out.item.map(|i| to_record(&i, table)).transpose()
+        Ok(out.item)
     }
 
     /// Sends a conditional update; `Ok(Ok(new))` on success, `Ok(Err(old))` when the condition
@@ -319,6 +399,18 @@ impl DynamoStore {
         update: UpdateItemFluentBuilder,
         provider: ProviderId,
         reference: &Reference,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        self.update_viewed(update, provider, reference, View::Whole)
+            .await
+    }
+
+    /// [`Self::conditional_update`], both images read as `view`.
+    async fn update_viewed(
+        &self,
+        update: UpdateItemFluentBuilder,
+        provider: ProviderId,
+        reference: &Reference,
+        view: View,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let table = &self.tables.payments;
         let result = update
@@ -333,12 +425,48 @@ impl DynamoStore {
                     key: format!("{provider}#{reference}"),
                     reason: "update returned no item".into(),
                 })?;
-                Ok(Ok(to_record(&item, table)?))
+                Ok(Ok(to_view(&item, table, view)?))
             }
-            Err(e) => match condition_failed(e, "UpdateItem", table)? {
-                Some(old) => Ok(Err(Some(to_record(&old, table)?))),
-                None => Ok(Err(self.read_payment(provider, reference).await?)),
-            },
+            Err(e) => self.failed_image(e, provider, reference, view).await,
+        }
+    }
+
+    /// The item a failed conditional update met: the server's `ALL_OLD`, else a consistent read.
+    async fn failed_image<T>(
+        &self,
+        e: aws_sdk_dynamodb::error::SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+            aws_smithy_runtime_api::http::Response,
+        >,
+        provider: ProviderId,
+        reference: &Reference,
+        view: View,
+    ) -> Result<Result<T, Option<PaymentRecord>>, StoreError> {
+        let table = &self.tables.payments;
+        match condition_failed(e, "UpdateItem", table)? {
+            Some(old) => Ok(Err(Some(to_view(&old, table, view)?))),
+            None => Ok(Err(self.read_view(provider, reference, view).await?)),
+        }
+    }
+
+    /// A write of a credit's claim alone (takeover, finalize, giving up): nothing read back on
+    /// success, the credit's view of the item when the condition failed.
+    async fn claim_write(
+        &self,
+        update: UpdateItemFluentBuilder,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<Result<(), Option<PaymentRecord>>, StoreError> {
+        let result = update
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Ok(())),
+            Err(e) => {
+                self.failed_image(e, provider, reference, View::Credit)
+                    .await
+            }
         }
     }
 
@@ -445,7 +573,7 @@ impl DynamoStore {
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":shard", n(i64::from(new.shard)))
             .expression_attribute_values(":h", history(paid, &note, now));
-        self.conditional_update(update, provider, &facts.reference)
+        self.update_viewed(update, provider, &facts.reference, View::Credit)
             .await
     }
 
@@ -746,13 +874,11 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":applying", s(APPLYING))
             .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
             .expression_attribute_values(":now", n(now));
-        Ok(
-            match self.conditional_update(update, provider, reference).await? {
-                Ok(_) => true,
-                // Ours already: the SDK resent a takeover whose reply was lost.
-                Err(old) => held_by(old.as_ref(), token),
-            },
-        )
+        Ok(match self.claim_write(update, provider, reference).await? {
+            Ok(()) => true,
+            // Ours already: the SDK resent a takeover whose reply was lost.
+            Err(old) => held_by(old.as_ref(), token),
+        })
     }
 
     async fn finalize_credit(
@@ -774,8 +900,8 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":done", s(DONE))
             .expression_attribute_values(":as", n(i64::from(answer.status)))
             .expression_attribute_values(":ab", s(answer.body.as_str()));
-        let old = match self.conditional_update(update, provider, reference).await? {
-            Ok(_) => return Ok(FinalizeOutcome::Done),
+        let old = match self.claim_write(update, provider, reference).await? {
+            Ok(()) => return Ok(FinalizeOutcome::Done),
             Err(old) => old,
         };
         let claim = old.as_ref().and_then(|p| p.claim.as_ref());
@@ -800,10 +926,7 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":tok", s(token.as_str()))
             .expression_attribute_values(":applying", s(APPLYING))
             .expression_attribute_values(":zero", n(0));
-        Ok(self
-            .conditional_update(update, provider, reference)
-            .await?
-            .is_ok())
+        Ok(self.claim_write(update, provider, reference).await?.is_ok())
     }
 
     async fn move_state(
@@ -1037,10 +1160,7 @@ impl Payments for DynamoStore {
             .expression_attribute_names("#open", "open")
             .expression_attribute_values(":s", s(status.as_str()))
             .expression_attribute_values(":h", history(status, note, now));
-        Ok(self
-            .conditional_update(update, provider, reference)
-            .await?
-            .is_ok())
+        Ok(self.claim_write(update, provider, reference).await?.is_ok())
     }
 
     async fn payment(

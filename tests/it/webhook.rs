@@ -260,6 +260,100 @@ async fn a_new_payment_costs_four_writes_and_no_read() {
     assert_eq!(balance_of(&base, "wallet_c").await, (20, 2));
 }
 
+/// A credit's duplicate reads the credit's view of its payment (#44): the same bytes after 50
+/// refunds as on a payment with none, though the payment's item has grown by kilobytes.
+#[tokio::test]
+async fn a_credits_duplicate_reads_no_more_after_fifty_refunds() {
+    // GIVEN two payments credited, and 50 partial refunds of one of them
+    let base = store("dupgrow").await;
+    let counter = RequestCounter::new();
+    let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
+    let app = app(counted, 30_000);
+    let mut first = Vec::new();
+    for p in ["pay_fresh", "pay_grown"] {
+        let r = send(
+            &app,
+            signed(&payment_body(
+                &format!("evt_{p}"),
+                p,
+                "wallet_g",
+                10_000,
+                "NGN",
+            )),
+        )
+        .await;
+        assert_eq!((r.status, r.replayed), (200, false), "{r:?}");
+        first.push(r.body);
+    }
+    for i in 0..50 {
+        let data = serde_json::json!({"reference": format!("rf_{i:02}"), "payment_reference": "pay_grown", "amount": 1, "currency": "NGN"});
+        let r = send(
+            &app,
+            signed(&event_body(
+                &format!("evt_rf_{i}"),
+                "refund.succeeded",
+                data,
+            )),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    assert_eq!(balance_of(&base, "wallet_g").await.0, 20_000 - 50);
+
+    // WHEN each credit's delivery comes again
+    let mut read = Vec::new();
+    for (i, p) in ["pay_fresh", "pay_grown"].into_iter().enumerate() {
+        counter.reset();
+        let dup = send(
+            &app,
+            signed(&payment_body(
+                &format!("evt_{p}_again"),
+                p,
+                "wallet_g",
+                10_000,
+                "NGN",
+            )),
+        )
+        .await;
+        // THEN each replays its stored answer byte for byte, at the duplicate's three calls
+        assert!(dup.replayed, "{dup:?}");
+        assert_eq!(dup.body, first[i]);
+        let calls = (
+            counter.get("UpdateItem"),
+            counter.get("GetItem"),
+            counter.get("PutItem"),
+        );
+        assert_eq!(calls, (1, 1, 1), "{:?}", counter.snapshot());
+        read.push(counter.bytes_in());
+    }
+    // AND the grown payment's duplicate read what the fresh one's did but for its status and
+    // total (`PARTIALLY_REFUNDED` is 14 bytes longer than `PAID`, `refunded_minor` 50 one digit
+    // longer than 0), while reading its whole item takes kilobytes more
+    assert!(read[0] > 500, "the counter counts: {read:?}");
+    assert!(
+        read[1].abs_diff(read[0]) <= 15,
+        "duplicate reads grew: {read:?}"
+    );
+    let mut whole = Vec::new();
+    for p in ["pay_fresh", "pay_grown"] {
+        counter.reset();
+        let reference = payhook::domain::Reference::parse(p).unwrap();
+        let payment = payhook::payments::Payments::payment(
+            &store_with(&base, sdk_builder().interceptor(counter.clone())),
+            payhook::domain::ProviderId::GENERIC,
+            &reference,
+        )
+        .await
+        .unwrap();
+        assert!(payment.is_some());
+        whole.push(counter.bytes_in());
+    }
+    assert!(
+        whole[1] > whole[0] + 3_000,
+        "the refunds grew the item: {whole:?}"
+    );
+}
+
 /// Records the headers of every request as it leaves (after signing).
 #[derive(Debug, Clone, Default)]
 struct SentHeaders(std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>);

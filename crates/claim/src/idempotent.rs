@@ -231,7 +231,7 @@ fn event_fingerprint(value: &impl Serialize) -> Option<Fingerprint> {
 }
 
 /// `value` with every object's keys in sorted order (whatever order the map type keeps).
-fn canonical(value: serde_json::Value) -> serde_json::Value {
+pub(crate) fn canonical(value: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
@@ -372,6 +372,16 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
     {
         let (key, fingerprint) = self.identify(event).ok_or(Error::NoKey)?;
         self.run_as(key, fingerprint, deadline, handler).await
+    }
+
+    /// The prefix keys get, its separator included (empty: none).
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether handlers run plainly ([`DISABLED_VAR`], [`Idempotency::disabled`]).
+    pub(crate) fn is_disabled(&self) -> bool {
+        self.disabled
     }
 
     /// The event's prefixed key and the fingerprint of its payload.

@@ -13,8 +13,8 @@
 //!
 //! // The caller a key belongs to: the authenticated account (here a header set by an
 //! // authorizer in front), never the raw credential.
-//! let once = IdempotencyKeyLayer::new(ClaimTable::new(&client, "claims"), |req| {
-//!     req.headers().get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+//! let once = IdempotencyKeyLayer::new(ClaimTable::new(&client, "claims"), |parts| {
+//!     parts.headers.get("x-tenant").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
 //! });
 //! let app: axum::Router = axum::Router::new()
 //!     .route("/charges", post(|body: String| async move { body }).layer(once));

@@ -696,3 +696,49 @@ async fn store_errors_are_503_when_retryable_and_500_when_refused() {
     assert_eq!(got.header("retry-after"), Some("1"));
     assert_eq!(refused.runs() + unavailable.runs(), 0);
 }
+
+/// What `lambda_http::run` asks of a service: the door over a plain `lambda_http` handler
+/// qualifies (this compiles only if it does).
+fn runs_under_lambda_http<S>(service: S) -> S
+where
+    S: tower::Service<lambda_http::Request>,
+    S::Response: lambda_http::IntoResponse,
+    S::Error: std::fmt::Debug + Into<lambda_runtime::Diagnostic>,
+{
+    service
+}
+
+#[tokio::test]
+async fn a_plain_lambda_http_handler_takes_the_door() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = lambda_http::service_fn({
+        let runs = Arc::clone(&runs);
+        move |req: lambda_http::Request| {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                let echo = String::from_utf8(req.body().to_vec()).unwrap();
+                Ok::<_, lambda_http::Error>(Response::new(lambda_http::Body::from(format!(
+                    "ch_{n} {echo}"
+                ))))
+            }
+        }
+    });
+    let store = MemoryStore::new();
+    let door = IdempotencyKeyLayer::new(store.clone(), |_| "t".to_owned());
+    let service = runs_under_lambda_http(door.layer(handler));
+    let request = || {
+        Request::post("/charges")
+            .header("idempotency-key", "k1")
+            .body(lambda_http::Body::from("{\"amount_minor\":5}"))
+            .unwrap()
+    };
+    let first = service.clone().oneshot(request()).await.unwrap();
+    let again = service.clone().oneshot(request()).await.unwrap();
+    assert!(again.headers().contains_key(REPLAYED_HEADER));
+    let first = first.into_body().collect().await.unwrap().to_bytes();
+    let again = again.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(first, again);
+    assert_eq!(&first[..], b"ch_1 {\"amount_minor\":5}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.claims().len(), 1);
+}

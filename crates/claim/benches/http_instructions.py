@@ -9,6 +9,7 @@ are zeroed, N requests sent on one keep-alive connection, and the counters dumpe
 same class). `new`: N fresh keys; `replay`: the same N keys and bodies again. Prints JSON and
 a Markdown table.
 
+  cargo build --release -p dynamo-claim --features http --example http
   python3 crates/claim/benches/http_instructions.py --example target/release/examples/http \\
       --python target/bench/pyref-venv/bin/python --n 100
 """
@@ -121,7 +122,7 @@ def measure(target, n, warmup):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--example", required=True, help="the built example (cargo build --release -p dynamo-claim --example http)")
+    p.add_argument("--example", required=True, help="the built example (cargo build --release -p dynamo-claim --features http --example http)")
     p.add_argument("--python", required=True, help="a Python with requirements of benches/pyref")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)

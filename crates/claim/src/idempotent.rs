@@ -55,6 +55,28 @@ impl<R> Answer<R> {
     }
 }
 
+/// What [`Idempotency::run_stored`] came to: an [`Answer`] whose stored answer is not decoded
+/// yet (each entry decodes its own: a value's JSON, an HTTP response).
+#[derive(Debug)]
+pub(crate) enum Stored<T> {
+    /// This attempt ran the handler (its answer is stored, or finished as not recorded).
+    Ran(T),
+    /// The answer stored for the key.
+    Replayed(StoredResponse),
+    /// The handler ran before; its answer, with this status, was too large to keep.
+    Unrecorded {
+        /// The status the answer had.
+        status: u16,
+    },
+    /// Another attempt holds the key under a live lease.
+    InProgress {
+        /// Until the holder's lease runs out.
+        retry_after_ms: i64,
+    },
+    /// The key was used for another payload.
+    Conflict,
+}
+
 /// How a handler failed, which decides what happens to its claim.
 #[derive(Debug)]
 pub enum Failed<X> {
@@ -209,7 +231,7 @@ fn event_fingerprint(value: &impl Serialize) -> Option<Fingerprint> {
 }
 
 /// `value` with every object's keys in sorted order (whatever order the map type keeps).
-fn canonical(value: serde_json::Value) -> serde_json::Value {
+pub(crate) fn canonical(value: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
@@ -352,6 +374,16 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
         self.run_as(key, fingerprint, deadline, handler).await
     }
 
+    /// The prefix keys get, its separator included (empty: none).
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether handlers run plainly ([`DISABLED_VAR`], [`Idempotency::disabled`]).
+    pub(crate) fn is_disabled(&self) -> bool {
+        self.disabled
+    }
+
     /// The event's prefixed key and the fingerprint of its payload.
     pub(crate) fn identify(&self, event: &E) -> Option<(String, Fingerprint)> {
         let key = (self.key)(event).filter(|k| !k.is_empty())?;
@@ -372,16 +404,50 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
         F: FnOnce(Attempt) -> Fut,
         Fut: Future<Output = Result<R, Failed<X>>>,
     {
+        let stored_as = |value: &R| {
+            Ok(StoredResponse {
+                status: 200,
+                body: serde_json::to_string(value).map_err(Error::Encode)?,
+            })
+        };
+        match self
+            .run_stored(key, fingerprint, deadline, handler, stored_as)
+            .await?
+        {
+            Stored::Ran(value) => Ok(Answer::Ran(value)),
+            Stored::Replayed(stored) => self.decode(&stored).map(Answer::Replayed),
+            Stored::Unrecorded { .. } => Ok(Answer::DoneUnrecorded),
+            Stored::InProgress { retry_after_ms } => Ok(Answer::InProgress { retry_after_ms }),
+            Stored::Conflict => Ok(Answer::Conflict),
+        }
+    }
+
+    /// The protocol's one path, for every entry: claim, run `handler` once, store what
+    /// `stored_as` makes of its value (or release the claim, or keep it, as [`Failed`] says),
+    /// and answer a duplicate with the stored answer undecoded. [`Idempotency::run_as`] stores a
+    /// value's JSON; the HTTP layer stores a response (its status, marked headers and body).
+    pub(crate) async fn run_stored<T, X, F, Fut>(
+        &self,
+        key: String,
+        fingerprint: Fingerprint,
+        deadline: Option<Deadline>,
+        handler: F,
+        stored_as: impl FnOnce(&T) -> Result<StoredResponse, Error<X>>,
+    ) -> Result<Stored<T>, Error<X>>
+    where
+        F: FnOnce(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, Failed<X>>>,
+    {
         if self.disabled {
             return match handler(Attempt { took_over: false }).await {
-                Ok(value) => Ok(Answer::Ran(value)),
+                Ok(value) => Ok(Stored::Ran(value)),
                 Err(Failed::Before(x) | Failed::Unknown(x)) => Err(Error::Handler(x)),
             };
         }
         if let Some(cache) = &self.cache {
             match cache.get(&key, &fingerprint) {
-                Some(Ok(stored)) => return self.decode(&stored).map(Answer::Replayed),
-                Some(Err(())) => return Ok(Answer::Conflict),
+                Some(Ok(stored)) => return Ok(Stored::Replayed(stored)),
+                Some(Err(())) => return Ok(Stored::Conflict),
                 None => {}
             }
         }
@@ -390,13 +456,13 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
             ClaimOutcome::Claimed { token, took_over } => (token, took_over),
             ClaimOutcome::Replay(stored) => {
                 self.remember(&key, &fingerprint, &stored);
-                return self.decode(&stored).map(Answer::Replayed);
+                return Ok(Stored::Replayed(stored));
             }
-            ClaimOutcome::ReplayUnrecorded { .. } => return Ok(Answer::DoneUnrecorded),
+            ClaimOutcome::ReplayUnrecorded { status } => return Ok(Stored::Unrecorded { status }),
             ClaimOutcome::InFlight { retry_after_ms } => {
-                return Ok(Answer::InProgress { retry_after_ms })
+                return Ok(Stored::InProgress { retry_after_ms })
             }
-            ClaimOutcome::Conflict { .. } => return Ok(Answer::Conflict),
+            ClaimOutcome::Conflict { .. } => return Ok(Stored::Conflict),
         };
         let value = match handler(Attempt { took_over }).await {
             Ok(value) => value,
@@ -412,10 +478,7 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
             }
             Err(Failed::Unknown(x)) => return Err(Error::Handler(x)),
         };
-        let stored = StoredResponse {
-            status: 200,
-            body: serde_json::to_string(&value).map_err(Error::Encode)?,
-        };
+        let stored = stored_as(&value)?;
         match self
             .table
             .finalize(&key, &fingerprint, &token, &stored)
@@ -423,20 +486,20 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
         {
             FinalizeOutcome::Done => {
                 self.remember(&key, &fingerprint, &stored);
-                Ok(Answer::Ran(value))
+                Ok(Stored::Ran(value))
             }
             // Our lease ran out and a successor finished first: its value is the one stored, if
             // it was for this payload.
             FinalizeOutcome::Superseded(Some(theirs)) => {
                 let same = self.table.get(&key).await?.map(|c| c.fingerprint);
                 if same.as_ref() == Some(&fingerprint) {
-                    self.decode(&theirs).map(Answer::Replayed)
+                    Ok(Stored::Replayed(theirs))
                 } else {
-                    Ok(Answer::Conflict)
+                    Ok(Stored::Conflict)
                 }
             }
             // A successor holds the key and has not finished: it will store its own value.
-            FinalizeOutcome::Superseded(None) => Ok(Answer::InProgress {
+            FinalizeOutcome::Superseded(None) => Ok(Stored::InProgress {
                 retry_after_ms: 1_000,
             }),
         }

@@ -33,6 +33,9 @@
 //!   again answered as `batchItemFailures` ([`BatchResponse`]), FIFO-aware.
 //! - [`IdempotencyLayer`] (feature `lambda`): the same as a tower layer over a
 //!   `lambda_runtime` handler.
+//! - `http` (feature `http`): the `Idempotency-Key` header as a tower layer over
+//!   `http::Request` services (axum, `lambda_http`): replays with their status, marked headers
+//!   and body; 409 while in progress, 422 for another request under the key.
 //! - [`StoreClock`]: DynamoDB's own time, learnt from its answers: leases never depend on a
 //!   process's clock.
 //! - [`item`], [`StoreError`]: attribute plumbing and the one error of every store call, which
@@ -71,6 +74,8 @@ mod batch;
 mod cache;
 mod clock;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod idempotent;
 pub mod item;
 #[cfg(feature = "lambda")]

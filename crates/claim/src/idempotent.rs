@@ -65,7 +65,8 @@ pub(crate) enum Stored<T> {
     Replayed(StoredResponse),
     /// The handler ran before; its answer, with this status, was too large to keep.
     Unrecorded {
-        /// The status the answer had.
+        /// The status the answer had (the HTTP door answers with it).
+        #[cfg_attr(not(feature = "http"), allow(dead_code))]
         status: u16,
     },
     /// Another attempt holds the key under a live lease.
@@ -375,11 +376,13 @@ impl<E: Serialize + 'static, S: Store> Idempotency<E, S> {
     }
 
     /// The prefix keys get, its separator included (empty: none).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn key_prefix(&self) -> &str {
         &self.prefix
     }
 
     /// Whether handlers run plainly ([`DISABLED_VAR`], [`Idempotency::disabled`]).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn is_disabled(&self) -> bool {
         self.disabled
     }

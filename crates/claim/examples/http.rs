@@ -6,7 +6,7 @@
 //! `lambda_http`.
 //!
 //! ```text
-//! cargo run -p dynamo-claim --features http --example http -- --create-table
+//! cargo run -p dynamo-claim --example http -- --create-table
 //! curl -si localhost:3000/charges -H 'idempotency-key: k1' -H 'x-tenant: t1' \
 //!     -d '{"amount_minor":500,"memo":"order 1"}'
 //! ```

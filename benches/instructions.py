@@ -81,12 +81,18 @@ def main():
     key = cpu.secret_key()
     run = uuid.uuid4().hex[:8]
     result = {"n": args.n, "label": args.label, "targets": {}}
+    env = dict(os.environ)
+    if "pyref" in args.targets:  # the Python reference's own tables, as benches/cpu.py makes them
+        os.environ.setdefault("AWS_DEFAULT_REGION", os.environ.get("AWS_REGION", "us-east-1"))
+        env = dict(os.environ, POWERTOOLS_SERVICE_NAME="pyref")
+        names = cpu.create_pyref_tables(f"pyref-cg-{int(time.time())}-{os.getpid()}")
+        env.update({f"PYREF_{k.upper()}_TABLE": v for k, v in names.items()})
     for name in args.targets.split(","):
         prefix = os.path.join(os.path.abspath(args.out), f"{args.label or 'run'}.{name}")
         for old in glob.glob(prefix + ".*"):
             os.remove(old)
         opts = argparse.Namespace(payhook=args.payhook, python=args.python, stderr=subprocess.DEVNULL)
-        target = cpu.Target(name, opts, dict(os.environ))
+        target = cpu.Target(name, opts, env)
         base = target.command
 
         def under_callgrind(port_or_api, base=base, prefix=prefix):
@@ -94,6 +100,7 @@ def main():
             return ["valgrind", "--tool=callgrind", "--dump-instr=no", "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={prefix}.%p"] + cmd, cwd
 
         target.command = under_callgrind
+        target.ready_s = 600  # Python's imports (boto3, Powertools) take minutes under callgrind
         target.start()
         try:
             pid = target.proc.pid

@@ -3,71 +3,20 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB`. Each test its own uniquely named table.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use dynamo_claim::{
     Answer, ClaimState, ClaimTable, Deadline, Error, Failed, Idempotency, IdempotencyLayer,
 };
 use serde::{Deserialize, Serialize};
+use support::{client, table};
 
-static ENDPOINT: OnceLock<String> = OnceLock::new();
-static DYNALITE: Mutex<Option<Child>> = Mutex::new(None);
-static TABLES: AtomicU64 = AtomicU64::new(0);
-
-fn endpoint() -> String {
-    ENDPOINT
-        .get_or_init(|| {
-            if let Ok(e) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
-                if !e.is_empty() {
-                    return e;
-                }
-            }
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/dynalite.js");
-            let mut child = Command::new("node")
-                .arg(script)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("set AWS_ENDPOINT_URL_DYNAMODB, or run `npm ci` at the workspace root");
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("stdout"))
-                .read_line(&mut line)
-                .expect("dynalite port");
-            *DYNALITE.lock().unwrap() = Some(child);
-            format!("http://127.0.0.1:{}", line.trim())
-        })
-        .clone()
-}
-
-fn client() -> aws_sdk_dynamodb::Client {
-    let timeouts = aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
-        .operation_attempt_timeout(Duration::from_secs(30))
-        .operation_timeout(Duration::from_secs(120))
-        .build();
-    let conf = aws_sdk_dynamodb::config::Builder::new()
-        .behavior_version(BehaviorVersion::latest())
-        .timeout_config(timeouts)
-        .endpoint_url(endpoint())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(conf)
-}
-
-async fn table(name: &str) -> ClaimTable {
-    let n = TABLES.fetch_add(1, Ordering::Relaxed);
-    let table = ClaimTable::new(
-        &client(),
-        format!("claims-{name}-{}-{n}", std::process::id()),
-    );
-    table.create_if_missing().await.unwrap();
-    table
-}
+/// A number no other order of this process has (each order's trace differs).
+static TRACES: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Order {
@@ -80,7 +29,7 @@ fn order(id: &str, amount_minor: i64) -> Order {
     Order {
         order_id: id.into(),
         amount_minor,
-        trace: format!("trace-{}", TABLES.fetch_add(1, Ordering::Relaxed)),
+        trace: format!("trace-{}", TRACES.fetch_add(1, Ordering::Relaxed)),
     }
 }
 
@@ -736,15 +685,7 @@ async fn an_empty_key_is_no_key_and_never_reaches_the_table() {
 async fn permanent_store_errors_are_not_retryable_and_an_outage_is() {
     // GIVEN a table that does not exist, and a store that does not answer
     let missing = ClaimTable::new(&client(), "claims-no-such-table");
-    let down = {
-        let conf = aws_sdk_dynamodb::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url("http://127.0.0.1:9")
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
-            .build();
-        ClaimTable::new(&aws_sdk_dynamodb::Client::from_conf(conf), "claims")
-    };
+    let down = ClaimTable::new(&support::client_at("http://127.0.0.1:9"), "claims");
     let fp = Fingerprint::new("fp");
     // WHEN each is asked for a claim
     let refused = missing.claim("k", &fp, 1_000).await.unwrap_err();

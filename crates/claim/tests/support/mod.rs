@@ -1,5 +1,5 @@
-//! What the HTTP tests share: the test DynamoDB (as `tests/dynamodb.rs` finds or starts it),
-//! uniquely named tables, the claims a table holds, and a plain HTTP/1.1 client over loopback.
+//! What the crate's tests share: the test DynamoDB (`AWS_ENDPOINT_URL_DYNAMODB`, or a dynalite
+//! started here), uniquely named tables, the claims a table holds, and a plain HTTP/1.1 client over loopback.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader};
@@ -66,7 +66,7 @@ pub fn client() -> aws_sdk_dynamodb::Client {
 /// A table name no other test (or test process) uses.
 pub fn table_name(name: &str) -> String {
     let n = TABLES.fetch_add(1, Ordering::Relaxed);
-    format!("claims-http-{name}-{}-{n}", std::process::id())
+    format!("claims-{name}-{}-{n}", std::process::id())
 }
 
 /// A fresh claim table.

@@ -354,6 +354,54 @@ async fn a_credits_duplicate_reads_no_more_after_fifty_refunds() {
     );
 }
 
+/// The one duplicate that reads twice on dynalite: a credit whose payment holds debits parked
+/// before it was paid reads the credit's fields, then the item whole (the parked debits are
+/// judged by the refund key sets, which the credit's view leaves out).
+#[tokio::test]
+async fn a_credits_duplicate_with_parked_debits_reads_the_payment_whole() {
+    // GIVEN a refund of 300 parked before its payment of 1,000, and the payment's credit
+    let base = store("dupparked").await;
+    let counter = RequestCounter::new();
+    let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
+    let app = app(counted, 30_000);
+    let data = serde_json::json!({"reference": "rf_pk", "payment_reference": "pay_pk", "amount": 300, "currency": "NGN"});
+    let parked = send(
+        &app,
+        signed(&event_body("evt_rf_pk", "refund.succeeded", data)),
+    )
+    .await;
+    assert_eq!(parked.status, 409, "{parked:?}");
+    let body = payment_body("evt_pk", "pay_pk", "wallet_pk", 1_000, "NGN");
+    let first = send(&app, signed(&body)).await;
+    assert_eq!((first.status, first.replayed), (200, false), "{first:?}");
+    assert_eq!(balance_of(&base, "wallet_pk").await, (700, 2));
+
+    // WHEN the credit's delivery comes again
+    counter.reset();
+    let dup = send(
+        &app,
+        signed(&payment_body(
+            "evt_pk_again",
+            "pay_pk",
+            "wallet_pk",
+            1_000,
+            "NGN",
+        )),
+    )
+    .await;
+
+    // THEN it replays the stored answer, having read the payment twice, and nothing moved
+    assert!(dup.replayed, "{dup:?}");
+    assert_eq!(dup.body, first.body);
+    let calls = (
+        counter.get("UpdateItem"),
+        counter.get("GetItem"),
+        counter.get("PutItem"),
+    );
+    assert_eq!(calls, (1, 2, 1), "{:?}", counter.snapshot());
+    assert_eq!(balance_of(&base, "wallet_pk").await, (700, 2));
+}
+
 /// Records the headers of every request as it leaves (after signing).
 #[derive(Debug, Clone, Default)]
 struct SentHeaders(std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>);

@@ -14,7 +14,7 @@ use crate::pipeline::{Answer, Delivered, Pipeline, PipelineError, Store};
 use crate::providers::{PayloadError, Providers};
 use crate::store::StoreError;
 
-pub use crate::pipeline::{RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE};
+pub use crate::pipeline::{RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_REFUND_EVENT_TYPE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -48,7 +48,13 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
         .raw_body
         .as_deref()
         .ok_or_else(|| ReplayError::Facts("the delivery was read without its body".into()))?;
-    if d.event_type == RESUME_EVENT_TYPE || d.event_type == RESUME_CREDIT_EVENT_TYPE {
+    if [
+        RESUME_EVENT_TYPE,
+        RESUME_CREDIT_EVENT_TYPE,
+        RESUME_REFUND_EVENT_TYPE,
+    ]
+    .contains(&d.event_type.as_str())
+    {
         // A resume's stored body is the claim's fingerprint (reconcile logs it so).
         let fingerprint = crate::domain::Fingerprint::from_stored(body.to_owned());
         let kind = ClaimedFacts::parse_kind(&fingerprint).map_err(ReplayError::Facts)?;

@@ -820,9 +820,12 @@ async fn still_waiting<S: Source>(
     list: Vec<Value>,
     complete: bool,
 ) -> Result<pages::Waiting, SourceError> {
-    let keys: Vec<String> = list
+    let keys: Vec<(String, Option<String>)> = list
         .iter()
-        .filter_map(|d| d["key"].as_str().map(str::to_owned))
+        .filter_map(|d| {
+            let reference = d["reference"].as_str().map(str::to_owned);
+            d["key"].as_str().map(|k| (k.to_owned(), reference))
+        })
         .collect();
     let settled = match outcome {
         Outcome::Conflict => Some(Default::default()),

@@ -111,10 +111,11 @@ pub trait Source: Send + Sync + 'static {
         text: &str,
     ) -> impl Future<Output = Result<Option<Vec<Value>>, SourceError>> + Send;
     /// Of `keys`, those whose claim is DONE now (someone finished the movement: a replay, the
-    /// provider's redelivery, reconciliation), or `None` when the source cannot tell.
+    /// provider's redelivery, reconciliation), or `None` when the source cannot tell. Each key
+    /// comes with its delivery's payment reference, where a refund's claim may be held.
     fn settled(
         &self,
-        keys: &[String],
+        keys: &[(String, Option<String>)],
     ) -> impl Future<Output = Result<Option<HashSet<String>>, SourceError>> + Send;
 }
 
@@ -203,10 +204,20 @@ impl<S: Store + Clone + Send + Sync + 'static> Source for StoreSource<S> {
         Ok(Some(found))
     }
 
-    async fn settled(&self, keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
-        let keys: Vec<crate::domain::IdempotencyKey> = keys
+    async fn settled(
+        &self,
+        keys: &[(String, Option<String>)],
+    ) -> Result<Option<HashSet<String>>, SourceError> {
+        let keys: Vec<_> = keys
             .iter()
-            .map(|k| crate::domain::IdempotencyKey::from_stored(k.clone()))
+            .map(|(k, reference)| {
+                (
+                    crate::domain::IdempotencyKey::from_stored(k.clone()),
+                    reference
+                        .as_deref()
+                        .and_then(|r| crate::domain::Reference::parse(r).ok()),
+                )
+            })
             .collect();
         let done = self.store.done_among(&keys).await?;
         Ok(Some(done.into_iter().map(|k| k.to_string()).collect()))
@@ -432,7 +443,10 @@ impl Source for ApiSource {
         Ok(None)
     }
 
-    async fn settled(&self, _keys: &[String]) -> Result<Option<HashSet<String>>, SourceError> {
+    async fn settled(
+        &self,
+        _keys: &[(String, Option<String>)],
+    ) -> Result<Option<HashSet<String>>, SourceError> {
         Ok(None)
     }
 }

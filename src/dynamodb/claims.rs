@@ -5,6 +5,7 @@
 use dynamo_claim::{record_of, ClaimTable, DONE, IN_PROGRESS};
 
 use super::item::{s, unavailable, Reader};
+use super::payment_item::refund_claim_attribute;
 use super::DynamoStore;
 use crate::domain::{Fingerprint, IdempotencyKey};
 use crate::idempotency::{
@@ -82,15 +83,16 @@ impl Claims for DynamoStore {
 
     async fn done_among(
         &self,
-        keys: &[IdempotencyKey],
+        keys: &[(IdempotencyKey, Option<crate::domain::Reference>)],
     ) -> Result<std::collections::HashSet<IdempotencyKey>, StoreError> {
         let table = &self.tables.idempotency;
-        let mut unique: Vec<&IdempotencyKey> = keys.iter().collect();
-        unique.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        unique.dedup();
-        let keys = unique
+        let mut unique: Vec<&(IdempotencyKey, Option<crate::domain::Reference>)> =
+            keys.iter().collect();
+        unique.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        unique.dedup_by(|a, b| a.0 == b.0);
+        let batch = unique
             .iter()
-            .map(|k| std::collections::HashMap::from([("pk".to_owned(), s(k.as_str()))]))
+            .map(|(k, _)| std::collections::HashMap::from([("pk".to_owned(), s(k.as_str()))]))
             .collect();
         let read = super::BatchRead {
             projection: "pk, #s",
@@ -98,7 +100,7 @@ impl Claims for DynamoStore {
             consistent: true,
             rounds: 8,
         };
-        let (items, unread) = self.batch_get(table, keys, read).await?;
+        let (items, unread) = self.batch_get(table, batch, read).await?;
         // A key not read is not known to be done: the page would list it as waiting when it
         // may not be, so the read fails instead (retryable).
         if !unread.is_empty() {
@@ -114,12 +116,14 @@ impl Claims for DynamoStore {
                 done.insert(IdempotencyKey::from_stored(r.str("pk")?.to_owned()));
             }
         }
-        // Credits not done in the claims table may be done on their payment (#32).
-        let credits: Vec<&IdempotencyKey> = unique
+        // Credits and refunds not done in the claims table may be done on their payment (#32,
+        // #44).
+        let held: Vec<Held> = unique
             .into_iter()
-            .filter(|k| !done.contains(*k) && credit_payment(k).is_some())
+            .filter(|(k, _)| !done.contains(k))
+            .filter_map(|(k, reference)| held_on(k, reference.as_ref()))
             .collect();
-        done.extend(self.credits_done(&credits).await?);
+        done.extend(self.held_done(&held).await?);
         Ok(done)
     }
 
@@ -155,50 +159,95 @@ fn credit_payment(
     Some((provider, crate::domain::Reference::parse(reference).ok()?))
 }
 
+/// A movement whose claim may be held on its payment item (`pk`): a credit (its payment named
+/// by its key), or a refund (its payment the one its delivery was about).
+struct Held {
+    key: IdempotencyKey,
+    pk: String,
+    credit: bool,
+}
+
+fn held_on(key: &IdempotencyKey, payment: Option<&crate::domain::Reference>) -> Option<Held> {
+    if let Some((provider, reference)) = credit_payment(key) {
+        return Some(Held {
+            key: key.clone(),
+            pk: format!("{provider}#{reference}"),
+            credit: true,
+        });
+    }
+    if key.operation() != Some(crate::domain::Operation::Refund) {
+        return None;
+    }
+    Some(Held {
+        key: key.clone(),
+        pk: format!("{}#{}", key.provider()?, payment?),
+        credit: false,
+    })
+}
+
 impl DynamoStore {
-    /// Of `keys` (credits), those whose claim held on their payment is DONE: one batched read.
-    async fn credits_done(
-        &self,
-        keys: &[&IdempotencyKey],
-    ) -> Result<Vec<IdempotencyKey>, StoreError> {
-        if keys.is_empty() {
+    /// Of `held`, those whose claim held on their payment is DONE: one batched read of the
+    /// payments, projecting the credit's claim and each refund's claim state.
+    async fn held_done(&self, held: &[Held]) -> Result<Vec<IdempotencyKey>, StoreError> {
+        if held.is_empty() {
             return Ok(Vec::new());
         }
         let table = &self.tables.payments;
-        let items = keys
+        let mut pks: Vec<String> = held.iter().map(|h| h.pk.clone()).collect();
+        pks.sort();
+        pks.dedup();
+        let batch = pks
+            .into_iter()
+            .map(|pk| std::collections::HashMap::from([("pk".to_owned(), s(pk))]))
+            .collect();
+        let refunds: Vec<&Held> = held.iter().filter(|h| !h.credit).collect();
+        let names: Vec<(String, String)> = refunds
             .iter()
-            .filter_map(|k| credit_payment(k))
-            .map(|(provider, reference)| {
-                std::collections::HashMap::from([(
-                    "pk".to_owned(),
-                    s(format!("{provider}#{reference}")),
-                )])
-            })
+            .enumerate()
+            .map(|(i, h)| (format!("#r{i}"), refund_claim_attribute(&h.key)))
+            .collect();
+        let mut projection = "pk, paid_key, claim_state".to_owned();
+        for (placeholder, _) in &names {
+            projection.push_str(&format!(", {placeholder}.st"));
+        }
+        let names: Vec<(&str, &str)> = names
+            .iter()
+            .map(|(p, n)| (p.as_str(), n.as_str()))
             .collect();
         let read = super::BatchRead {
-            projection: "paid_key, claim_state",
-            names: &[],
+            projection: &projection,
+            names: &names,
             consistent: true,
             rounds: 8,
         };
-        let (items, unread) = self.batch_get(table, items, read).await?;
+        let (items, unread) = self.batch_get(table, batch, read).await?;
         if !unread.is_empty() {
             return Err(StoreError::Contended {
                 table: table.clone(),
                 key: "BatchGetItem unprocessed keys".into(),
             });
         }
-        Ok(items
-            .iter()
-            .filter_map(|item| {
-                let r = Reader::new(item, table);
-                (r.opt_str("claim_state") == Some(DONE))
-                    .then(|| r.opt_str("paid_key"))
-                    .flatten()
-                    .map(|k| IdempotencyKey::from_stored(k.to_owned()))
-            })
-            .filter(|k| keys.contains(&k))
-            .collect())
+        let mut done = Vec::new();
+        for item in &items {
+            let r = Reader::new(item, table);
+            let pk = r.str("pk")?;
+            for h in held.iter().filter(|h| h.pk == pk) {
+                let finished = if h.credit {
+                    r.opt_str("claim_state") == Some(DONE)
+                        && r.opt_str("paid_key") == Some(h.key.as_str())
+                } else {
+                    item.get(&refund_claim_attribute(&h.key))
+                        .and_then(|v| v.as_m().ok())
+                        .and_then(|m| m.get("st"))
+                        .and_then(|v| v.as_s().ok())
+                        .is_some_and(|st| st == DONE)
+                };
+                if finished {
+                    done.push(h.key.clone());
+                }
+            }
+        }
+        Ok(done)
     }
 
     /// When the oldest claim still IN_PROGRESS was taken (from the sparse `open` index, every

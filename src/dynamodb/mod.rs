@@ -14,6 +14,7 @@ pub mod observe;
 mod payment_item;
 mod payments;
 mod payouts;
+mod refund_claims;
 pub mod regions;
 pub mod schema;
 mod scopes;
@@ -181,7 +182,9 @@ impl DynamoStore {
                 }
                 let mut request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut asked)))
-                    .projection_expression(read.projection)
+                    .set_projection_expression(
+                        (!read.projection.is_empty()).then(|| read.projection.to_owned()),
+                    )
                     .consistent_read(read.consistent);
                 for (placeholder, name) in read.names {
                     request = request.expression_attribute_names(*placeholder, *name);
@@ -216,6 +219,7 @@ impl DynamoStore {
 /// How [`DynamoStore::batch_get`] reads.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchRead<'a> {
+    /// Empty: the whole item.
     pub projection: &'a str,
     pub names: &'a [(&'a str, &'a str)],
     pub consistent: bool,

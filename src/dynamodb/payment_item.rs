@@ -3,11 +3,17 @@
 //! write takes. It sits below `payments.rs` (credits, refunds) and `disputes.rs` (withdrawals,
 //! reinstatements), which both write the payment item and must not import each other.
 
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::item::{n, s};
-use crate::domain::PaymentStatus;
+use super::item::{n, s, Item, Reader};
+use crate::domain::{Fingerprint, IdempotencyKey, PaymentStatus};
+use crate::idempotency::{ClaimState, OwnerToken, StoredResponse};
 use crate::payments::pairs::PairGuard;
+use crate::payments::{HostClaim, NewHostClaim};
+use crate::store::StoreError;
 
 /// Rounds of write -> judge -> write again before answering "contended" (retryable). Each failed
 /// round means another writer changed the payment, so the rounds only run out under a storm of
@@ -52,4 +58,128 @@ pub(super) fn totals_condition(g: &PairGuard) -> String {
     };
     exact("refunded_minor", g.refunded_minor, ":r0")
         + &exact("disputed_minor", g.disputed_minor, ":d0")
+}
+
+/// A claim held on a payment item, being applied / finished (the credit's, or a refund's).
+pub(super) const APPLYING: &str = "APPLYING";
+pub(super) const DONE: &str = "DONE";
+/// The `open` index's key prefix of a payment whose held claim is APPLYING.
+pub(super) const POSTING: &str = "POSTING";
+
+/// Where a claim held on a payment keeps its fields: the credit's are top-level attributes, a
+/// refund's live in one map attribute of its own (#44, `refund_claims.rs`).
+pub(super) struct ClaimFields {
+    pub state: &'static str,
+    pub owner: &'static str,
+    pub lease: &'static str,
+    pub fingerprint: &'static str,
+    pub answer_status: &'static str,
+    pub answer_body: &'static str,
+}
+
+/// A claim held on a payment (`r` reads the item, or a refund claim's map), if there is one.
+pub(super) fn claim_of(r: &Reader<'_>, f: &ClaimFields) -> Result<Option<HostClaim>, StoreError> {
+    let Some(state) = r.opt_str(f.state) else {
+        return Ok(None);
+    };
+    let owner = OwnerToken::from_stored(r.str(f.owner)?.to_owned());
+    let state = match state {
+        APPLYING => ClaimState::InProgress {
+            owner: owner.clone(),
+            lease_expires_at_ms: r.num(f.lease)?,
+        },
+        DONE => ClaimState::Done(StoredResponse {
+            status: u16::try_from(r.num(f.answer_status)?)
+                .map_err(|_| r.corrupt(format!("{} out of range", f.answer_status)))?,
+            body: r.str(f.answer_body)?.to_owned(),
+        }),
+        other => return Err(r.corrupt(format!("unknown {} {other}", f.state))),
+    };
+    Ok(Some(HostClaim {
+        state,
+        fingerprint: Fingerprint::from_stored(r.str(f.fingerprint)?.to_owned()),
+        owner,
+    }))
+}
+
+/// The prefix of a refund claim's attribute name.
+const REFUND_PREFIX: &str = "rc#";
+
+/// A refund claim's fields inside its map.
+pub(super) const REFUND_CLAIM: ClaimFields = ClaimFields {
+    state: "st",
+    owner: "ow",
+    lease: "ls",
+    fingerprint: "fp",
+    answer_status: "as",
+    answer_body: "ab",
+};
+
+/// The attribute holding `key`'s claim.
+pub(super) fn refund_claim_attribute(key: &IdempotencyKey) -> String {
+    format!("{REFUND_PREFIX}{key}")
+}
+
+/// Every refund claim on a payment item, by key.
+pub(super) fn refund_claims_of(
+    item: &Item,
+    table: &str,
+) -> Result<BTreeMap<String, HostClaim>, StoreError> {
+    let mut claims = BTreeMap::new();
+    for (name, value) in item {
+        let Some(key) = name.strip_prefix(REFUND_PREFIX) else {
+            continue;
+        };
+        let map = value.as_m().map_err(|_| StoreError::Corrupt {
+            table: table.to_owned(),
+            key: name.clone(),
+            reason: "a refund claim that is not a map".into(),
+        })?;
+        if let Some(claim) = claim_of(&Reader::new(map, table), &REFUND_CLAIM)? {
+            claims.insert(key.to_owned(), claim);
+        }
+    }
+    Ok(claims)
+}
+
+/// What a refund's write needs to take its claim too: bound onto the refund's update.
+pub(super) struct Taking<'a> {
+    key: &'a IdempotencyKey,
+    claim: NewHostClaim<'a>,
+    posting: String,
+}
+
+impl<'a> Taking<'a> {
+    pub(super) fn new(key: &'a IdempotencyKey, claim: NewHostClaim<'a>, posting: String) -> Self {
+        Taking {
+            key,
+            claim,
+            posting,
+        }
+    }
+
+    /// The claim's names and values (`#rc`, `:rc`, `#open`, `:posting`) on `update`.
+    pub(super) fn bind(
+        &self,
+        update: UpdateItemFluentBuilder,
+        now_ms: i64,
+    ) -> UpdateItemFluentBuilder {
+        let claim = std::collections::HashMap::from([
+            (REFUND_CLAIM.state.to_owned(), s(APPLYING)),
+            (REFUND_CLAIM.owner.to_owned(), s(self.claim.token.as_str())),
+            (
+                REFUND_CLAIM.lease.to_owned(),
+                n(now_ms.saturating_add(self.claim.lease_ms)),
+            ),
+            (
+                REFUND_CLAIM.fingerprint.to_owned(),
+                s(self.claim.fingerprint.as_str()),
+            ),
+        ]);
+        update
+            .expression_attribute_names("#rc", refund_claim_attribute(self.key))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":rc", AttributeValue::M(claim))
+            .expression_attribute_values(":posting", s(self.posting.as_str()))
+    }
 }

@@ -19,27 +19,24 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
-use super::payment_item::{history_entry, totals_condition, WRITE_ROUNDS};
+pub(super) use super::payment_item::POSTING;
+use super::payment_item::{
+    claim_of, history_entry, totals_condition, ClaimFields, Taking, APPLYING, DONE, WRITE_ROUNDS,
+};
 use super::DynamoStore;
 use crate::domain::{
-    AccountId, Currency, Fingerprint, IdempotencyKey, Money, PaymentFacts, PaymentStatus,
-    ProviderId, Reference, RefundFacts, StateFacts,
+    AccountId, Currency, IdempotencyKey, Money, PaymentFacts, PaymentStatus, ProviderId, Reference,
+    RefundFacts, StateFacts,
 };
 use crate::idempotency::{ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payments::parked::{Binding, ParkOutcome, ParkedDebit, TransactionPark};
-use crate::payments::HostClaim;
 use crate::payments::{
     judge_paid, judge_refund, judge_reversal, judge_state, mismatch, ExpectedPayment, HistoryEntry,
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
     RefundWrite, RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
+use crate::payments::{HostClaim, HostedRefund, NewHostClaim};
 use crate::store::StoreError;
-
-/// A credit's claim on its payment, being applied / finished.
-const APPLYING: &str = "APPLYING";
-const DONE: &str = "DONE";
-/// The `open` index's key prefix of a credit whose claim is APPLYING.
-pub(super) const POSTING: &str = "POSTING";
 
 /// Whether `payment`'s credit claim is APPLYING under `token`.
 fn held_by(payment: Option<&PaymentRecord>, token: &OwnerToken) -> bool {
@@ -55,29 +52,19 @@ fn old_owner_is(payment: Option<&PaymentRecord>, token: &OwnerToken) -> bool {
         .is_some_and(|c| &c.owner == token)
 }
 
+/// The credit's claim: top-level attributes of the payment item.
+const CREDIT_CLAIM: ClaimFields = ClaimFields {
+    state: "claim_state",
+    owner: "claim_owner",
+    lease: "claim_lease_ms",
+    fingerprint: "claim_fp",
+    answer_status: "answer_status",
+    answer_body: "answer_body",
+};
+
 /// The credit's claim held on a payment item, if it has one.
 fn host_claim(r: &Reader<'_>) -> Result<Option<HostClaim>, StoreError> {
-    let Some(state) = r.opt_str("claim_state") else {
-        return Ok(None);
-    };
-    let owner = OwnerToken::from_stored(r.str("claim_owner")?.to_owned());
-    let state = match state {
-        APPLYING => ClaimState::InProgress {
-            owner: owner.clone(),
-            lease_expires_at_ms: r.num("claim_lease_ms")?,
-        },
-        DONE => ClaimState::Done(StoredResponse {
-            status: u16::try_from(r.num("answer_status")?)
-                .map_err(|_| r.corrupt("answer_status out of range"))?,
-            body: r.str("answer_body")?.to_owned(),
-        }),
-        other => return Err(r.corrupt(format!("unknown claim_state {other}"))),
-    };
-    Ok(Some(HostClaim {
-        state,
-        fingerprint: Fingerprint::from_stored(r.str("claim_fp")?.to_owned()),
-        owner,
-    }))
+    claim_of(r, &CREDIT_CLAIM)
 }
 
 pub(super) fn pk(provider: ProviderId, reference: &Reference) -> AttributeValue {
@@ -191,6 +178,12 @@ fn to_view(item: &Item, table: &str, view: View) -> Result<PaymentRecord, StoreE
             .transpose()?,
         credit_at_ms: r.opt_num("credit_at_ms")?,
         claim: host_claim(&r)?,
+        refund_claims: if whole {
+            super::payment_item::refund_claims_of(item, table)?
+        } else {
+            Default::default()
+        },
+        posting: r.opt_str("open").is_some_and(|o| o.starts_with(POSTING)),
         history,
         created_at_ms: r.opt_num("created_at_ms")?.unwrap_or(0),
         updated_at_ms: r.opt_num("updated_at_ms")?.unwrap_or(0),
@@ -432,7 +425,7 @@ impl DynamoStore {
     }
 
     /// The item a failed conditional update met: the server's `ALL_OLD`, else a consistent read.
-    async fn failed_image<T>(
+    pub(super) async fn failed_image<T>(
         &self,
         e: aws_sdk_dynamodb::error::SdkError<
             aws_sdk_dynamodb::operation::update_item::UpdateItemError,
@@ -451,7 +444,7 @@ impl DynamoStore {
 
     /// A write of a credit's claim alone (takeover, finalize, giving up): nothing read back on
     /// success, the credit's view of the item when the condition failed.
-    async fn claim_write(
+    pub(super) async fn claim_write(
         &self,
         update: UpdateItemFluentBuilder,
         provider: ProviderId,
@@ -471,7 +464,11 @@ impl DynamoStore {
     }
 
     /// An update of a payment's credit claim alone (names and values as each write needs).
-    fn claim_update(&self, provider: ProviderId, reference: &Reference) -> UpdateItemFluentBuilder {
+    pub(super) fn claim_update(
+        &self,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> UpdateItemFluentBuilder {
         self.client
             .update_item()
             .table_name(&self.tables.payments)
@@ -582,12 +579,13 @@ impl DynamoStore {
     /// is stored (`refundable_minor`) and compared directly. On a payment whose refunds repeat
     /// its disputes the write is also conditioned on the totals the judge read, and a paired
     /// refund (its money left with a withdrawal) records itself without taking the remainder.
-    async fn refund_to(
+    pub(super) async fn refund_to(
         &self,
         provider: ProviderId,
         facts: &RefundFacts,
         key: &IdempotencyKey,
         aim: RefundWrite,
+        claim: Option<&Taking<'_>>,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = self.clock.now_ms();
         let amount = facts.money.amount.get();
@@ -617,15 +615,24 @@ impl DynamoStore {
             Some(g) => (Some(amount), Some(g.debit_minor(amount))),
             None => (None, None),
         };
+        // The refund's claim, in the same write (#44): no claim APPLYING on the payment, none
+        // for this key.
+        let (claim_set, claim_cond) = match claim {
+            Some(_) => (
+                ", #rc = :rc, #open = :posting",
+                " AND attribute_not_exists(#open) AND attribute_not_exists(#rc)",
+            ),
+            None => ("", ""),
+        };
         let mut update = self
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(format!(
                 "SET #status = :to, {take}refunded_minor = refunded_minor + :amt, updated_at_ms = :now, \
-                 history = list_append(if_not_exists(history, :empty), :h) ADD refund_keys :keys"
+                 history = list_append(if_not_exists(history, :empty), :h){claim_set} ADD refund_keys :keys"
             ))
             .condition_expression(format!(
                 "attribute_exists(pk) AND #status IN {statuses} AND currency = :cur \
-                 AND NOT contains(refund_keys, :key) AND NOT contains(reversed_refund_keys, :key){remainder}{totals}"
+                 AND NOT contains(refund_keys, :key) AND NOT contains(reversed_refund_keys, :key){remainder}{totals}{claim_cond}"
             ))
             .expression_attribute_values(":to", s(aim.target.as_str()))
             .expression_attribute_values(":amt", n(amount))
@@ -641,6 +648,9 @@ impl DynamoStore {
             );
         if aim.repeats_withdrawal {
             update = update.expression_attribute_values(":zero", n(0));
+        }
+        if let Some(taking) = claim {
+            update = taking.bind(update, now);
         }
         if let Some(g) = aim.pair {
             update = update
@@ -971,6 +981,41 @@ impl Payments for DynamoStore {
         )
     }
 
+    async fn refund_hosted(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        key: &IdempotencyKey,
+        claim: NewHostClaim<'_>,
+    ) -> Result<HostedRefund, StoreError> {
+        self.apply_hosted_refund(provider, facts, key, claim).await
+    }
+
+    async fn take_over_refund(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.take_over_hosted_refund(provider, payment, key, previous, token, lease_ms)
+            .await
+    }
+
+    async fn finalize_refund(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize_hosted_refund(provider, payment, key, token, answer)
+            .await
+    }
+
     async fn refund(
         &self,
         provider: ProviderId,
@@ -981,7 +1026,7 @@ impl Payments for DynamoStore {
         // payment as it is, and the judge re-aims or decides.
         let mut aim = RefundWrite::first(key);
         for _ in 0..WRITE_ROUNDS {
-            let old = match self.refund_to(provider, facts, key, aim).await? {
+            let old = match self.refund_to(provider, facts, key, aim, None).await? {
                 Ok(record) => return Ok(RefundOutcome::Applied(record)),
                 Err(old) => old,
             };
@@ -1194,22 +1239,17 @@ impl Payments for DynamoStore {
             .into_iter()
             .map(|k| std::collections::HashMap::from([("pk".to_owned(), s(k))]))
             .collect();
+        // Whole: a refund's claim is an attribute named by its key (`rc#{key}`), which no
+        // projection can name unseen. The index lists only payments with a claim APPLYING.
         let read = super::BatchRead {
-            projection: "pk, provider, #reference, #status, paid_key, claim_state, claim_owner, \
-                         claim_lease_ms, claim_fp, answer_status, answer_body",
-            names: &[("#reference", "reference"), ("#status", "status")],
+            projection: "",
+            names: &[],
             consistent: true,
             rounds: 8,
         };
         let (items, _unread) = self.batch_get(&table, keys, read).await?;
         let mut stuck = Vec::new();
-        for item in &items {
-            let r = Reader::new(item, &table);
-            let (Some(claim), Some(key)) = (host_claim(&r)?, r.opt_str("paid_key")) else {
-                continue;
-            };
-            let key = IdempotencyKey::from_stored(key.to_owned());
-            let record = claim.record(&key);
+        let expired = |record: crate::idempotency::ClaimRecord, stuck: &mut Vec<_>| {
             if let ClaimState::InProgress {
                 lease_expires_at_ms,
                 ..
@@ -1218,6 +1258,18 @@ impl Payments for DynamoStore {
                 if *lease_expires_at_ms <= now_ms {
                     stuck.push(record);
                 }
+            }
+        };
+        for item in &items {
+            let r = Reader::new(item, &table);
+            if let (Some(claim), Some(key)) = (host_claim(&r)?, r.opt_str("paid_key")) {
+                expired(
+                    claim.record(&IdempotencyKey::from_stored(key.to_owned())),
+                    &mut stuck,
+                );
+            }
+            for (key, claim) in super::payment_item::refund_claims_of(item, &table)? {
+                expired(claim.record(&IdempotencyKey::from_stored(key)), &mut stuck);
             }
         }
         Ok(stuck)

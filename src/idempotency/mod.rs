@@ -59,9 +59,11 @@ pub trait Claims: Sync {
     ) -> impl Future<Output = Result<Option<ClaimRecord>, StoreError>> + Send;
 
     /// Of `keys`, those whose claim is DONE (a batch read: the console's needs-attention page
-    /// asks this of every delivery it lists).
+    /// asks this of every delivery it lists). Each key comes with the payment its delivery was
+    /// about, when known: a refund's claim may be held on that payment (#44), and its key
+    /// does not name it.
     fn done_among(
         &self,
-        keys: &[IdempotencyKey],
+        keys: &[(IdempotencyKey, Option<crate::domain::Reference>)],
     ) -> impl Future<Output = Result<std::collections::HashSet<IdempotencyKey>, StoreError>> + Send;
 }

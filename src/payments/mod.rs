@@ -87,6 +87,15 @@ pub struct PaymentRecord {
     /// through the claims table, have none).
     #[serde(skip)]
     pub claim: Option<HostClaim>,
+    /// Refunds' claims held on the payment (#44), by the refund's key: each taken by the write
+    /// that applied its refund. Refunds applied before #44, or through the claims table (the
+    /// payment was busy with another claim), have none here.
+    #[serde(skip)]
+    pub refund_claims: std::collections::BTreeMap<String, HostClaim>,
+    /// A claim held on the payment is APPLYING (the credit's or one refund's): the payment is
+    /// listed under `POSTING#{shard}` and no other refund takes its claim here meanwhile.
+    #[serde(skip)]
+    pub posting: bool,
     pub history: Vec<HistoryEntry>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -279,6 +288,8 @@ impl PaymentRecord {
             ledger_shard: None,
             credit_at_ms: None,
             claim: None,
+            refund_claims: Default::default(),
+            posting: false,
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,
@@ -323,6 +334,20 @@ pub enum RefundOutcome {
     Mismatch(Mismatch, PaymentRecord),
     /// Concurrent refunds kept moving the remainder; a retry settles it.
     Contended,
+}
+
+/// A refund's write with its claim on the payment (#44), as the store found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostedRefund {
+    /// This write applied the refund and took its claim (APPLYING, ours).
+    Taken(PaymentRecord),
+    /// The refund's claim is on the payment already: the claim crate's judge decides.
+    Claimed(PaymentRecord, HostClaim),
+    /// Not for the payment to decide: the refund was applied without a claim here (before #44,
+    /// or through the claims table), another claim holds the payment, or the refund does not
+    /// apply now (not paid yet, refused, voided, another amount, contended). The claims table's
+    /// path decides it, exactly as before #44.
+    Elsewhere,
 }
 
 /// What a refund write should aim at next, or how the refund ends.
@@ -609,9 +634,10 @@ pub trait Payments: Sync {
         token: &OwnerToken,
         answer: &StoredResponse,
     ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
-    /// Credits whose claim on their payment is APPLYING with its lease run out before
-    /// `now_ms`, as claim records (keyed by the payment's `paid_key`), at most `limit`:
-    /// reconciliation resumes them (each is re-judged under a condition when it acts).
+    /// Claims held on payments (a credit's, keyed by the payment's `paid_key`, or a refund's,
+    /// #44) that are APPLYING with their lease run out before `now_ms`, as claim records, at
+    /// most `limit`: reconciliation resumes them (each is re-judged under a condition when it
+    /// acts).
     fn stuck_credits(
         &self,
         now_ms: i64,
@@ -625,6 +651,38 @@ pub trait Payments: Sync {
         reference: &Reference,
         token: &OwnerToken,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// A refund's debit with its claim taken on the payment in the same write (#44): the
+    /// refund's own conditions, and the payment holds no claim APPLYING (`open` absent) and none
+    /// for this key. Aimed and re-aimed as [`Payments::refund`]; every outcome but "applied by
+    /// this write" or "claimed here already" is [`HostedRefund::Elsewhere`].
+    fn refund_hosted(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        key: &IdempotencyKey,
+        claim: NewHostClaim<'_>,
+    ) -> impl Future<Output = Result<HostedRefund, StoreError>> + Send;
+    /// Takes over a refund's claim on its payment from `previous`, whose lease ran out (as
+    /// [`Payments::take_over_credit`]).
+    fn take_over_refund(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Marks a refund's claim on its payment DONE with `answer` and frees the payment for the
+    /// next claim, only if `token` still owns it (APPLYING).
+    fn finalize_refund(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
     fn refund(
         &self,
         provider: ProviderId,

@@ -37,9 +37,9 @@ use crate::payments::pairs::PairGuard;
 use crate::payments::parked::{Binding, ParkOutcome, ParkedDebit, TransactionPark};
 use crate::payments::{
     judge_dispute, judge_paid, judge_refund, judge_reversal, judge_state, DisputeJudgement,
-    DisputeOutcome, ExpectedPayment, HistoryEntry, NewCredit, PaidJudgement, PaidOutcome,
-    PaymentRecord, Payments, RefundJudgement, RefundOutcome, RegisterOutcome, ReversalJudgement,
-    ReversalOutcome, ReversalWrite, StateOutcome,
+    DisputeOutcome, ExpectedPayment, HistoryEntry, HostedRefund, NewCredit, NewHostClaim,
+    PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
+    RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::payouts::{
     calls, judge_settle, NewPayout, PayoutId, PayoutRecord, Payouts, SettleJudgement,
@@ -174,7 +174,7 @@ impl<S: Claims + Send + Sync> Claims for DryRun<S> {
 
     async fn done_among(
         &self,
-        keys: &[IdempotencyKey],
+        keys: &[(IdempotencyKey, Option<Reference>)],
     ) -> Result<std::collections::HashSet<IdempotencyKey>, StoreError> {
         self.inner.done_among(keys).await
     }
@@ -320,6 +320,48 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
             }
             other => other,
         })
+    }
+
+    /// A refund's claim already on the payment is judged as the real run would; a refund not
+    /// claimed there goes the claims table's way (simulated, writing nothing).
+    async fn refund_hosted(
+        &self,
+        provider: ProviderId,
+        facts: &RefundFacts,
+        key: &IdempotencyKey,
+        _claim: NewHostClaim<'_>,
+    ) -> Result<HostedRefund, StoreError> {
+        let existing = self.current(provider, &facts.payment_reference).await?;
+        Ok(match existing {
+            Some(p) => match p.refund_claims.get(key.as_str()).cloned() {
+                Some(claim) => HostedRefund::Claimed(p, claim),
+                None => HostedRefund::Elsewhere,
+            },
+            None => HostedRefund::Elsewhere,
+        })
+    }
+
+    async fn take_over_refund(
+        &self,
+        _provider: ProviderId,
+        _payment: &Reference,
+        _key: &IdempotencyKey,
+        _previous: &OwnerToken,
+        _token: &OwnerToken,
+        _lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn finalize_refund(
+        &self,
+        _provider: ProviderId,
+        _payment: &Reference,
+        _key: &IdempotencyKey,
+        _token: &OwnerToken,
+        _answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        Ok(FinalizeOutcome::Done)
     }
 
     async fn refund(

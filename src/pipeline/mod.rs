@@ -11,6 +11,7 @@ mod parked;
 
 use parked::Parking;
 mod payouts;
+mod refunds;
 mod transfers;
 
 pub use payouts::{PayoutAnswer, PayoutCall, PROVIDER_ANSWER};
@@ -41,6 +42,10 @@ pub const RESUME_EVENT_TYPE: &str = "reconcile.resume";
 /// Event type of the deliveries reconciliation logs when it resumes a credit whose claim is held
 /// on its payment ([`credits`]); the body is the claim's facts too.
 pub const RESUME_CREDIT_EVENT_TYPE: &str = "reconcile.resume_credit";
+
+/// Event type of the deliveries reconciliation logs when it resumes a refund whose claim is
+/// held on its payment ([`refunds`], #44); the body is the claim's facts too.
+pub const RESUME_REFUND_EVENT_TYPE: &str = "reconcile.resume_refund";
 
 /// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
 /// store: the four capabilities, shareable across tasks.
@@ -439,6 +444,15 @@ impl<S: Store> Pipeline<S> {
                 }
             }
         }
+        // So does a refund that applies now (`refunds`), on the same terms.
+        if let EventKind::RefundSucceeded(r) = &ev.kind {
+            if ev.event_type != RESUME_EVENT_TYPE {
+                let on_payment = self.refund_on_payment(ev, r, &key, &fingerprint, lease_ms);
+                if let Some(answer) = on_payment.await? {
+                    return Ok(answer);
+                }
+            }
+        }
         let (token, took_over) = match self.store.claim(&key, &fingerprint, lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
@@ -684,17 +698,7 @@ impl<S: Store> Pipeline<S> {
             }
             RefundOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
-        let amount = r.money.amount.get();
-        // What this refund's own write decided it debits: nothing when a dispute withdrawal
-        // already took its money (Paystack, `payments::pairs`), so a retry posts exactly that.
-        let debit = crate::payments::pairs::debit_of(&payment.history, key).unwrap_or(amount);
-        let account = payment.account.as_ref().map_or("", AccountId::as_str);
-        let body = Applied::refund(key, r, account, amount).moved(debit);
-        let signed = Signed::of(-debit, r.money.currency);
-        let (settled, _) = self
-            .finish(&payment, key, signed, &r.payment_reference, resumed, &body)
-            .await?;
-        Ok(settled)
+        self.refund_tail(&payment, r, key, resumed).await
     }
 
     /// A refund the provider reports failed: its debit is credited back once (under the

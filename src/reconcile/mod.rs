@@ -41,7 +41,9 @@ use crate::eventlog::{Delivery, LogFilter, Outcome};
 use crate::payments::PaymentRecord;
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
-use crate::replay::{event_of, redrive, RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE};
+use crate::replay::{
+    event_of, redrive, RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_REFUND_EVENT_TYPE,
+};
 use crate::store::StoreError;
 
 pub use api::{ApiEndpoint, ApiError, HttpProviderApi, ProviderApi, ProviderTruth};
@@ -289,8 +291,8 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         let now_ms = store.now_ms();
-        // Claims the claims table holds, resumed through it; then credits whose claim is held
-        // on their payment (#32), resumed through the payment.
+        // Claims the claims table holds, resumed through it; then credits and refunds whose
+        // claim is held on their payment (#32, #44), resumed through the payment.
         let claims = store.stuck_claims(now_ms, self.settings.max_items).await?;
         let credits = store.stuck_credits(now_ms, self.settings.max_items).await?;
         let stuck = claims
@@ -326,6 +328,12 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
                 ));
                 continue;
             }
+            let event_type = match (&kind, event_type) {
+                (EventKind::RefundSucceeded(_), RESUME_CREDIT_EVENT_TYPE) => {
+                    RESUME_REFUND_EVENT_TYPE
+                }
+                _ => event_type,
+            };
             let event = NormalisedEvent {
                 provider,
                 event_id: format!("resume:{}", claim.key),

@@ -34,6 +34,7 @@ mod payouts_model;
 mod providers;
 mod read_api;
 mod reconcile;
+mod refunds;
 mod replay;
 mod secrets;
 mod template;

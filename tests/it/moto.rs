@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use common::{payment_body, send, settings, signed};
+use common::{payment_body, refund_body, send, settings, signed};
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::{DynamoStore, TableNames};
 
@@ -166,6 +166,66 @@ async fn on_a_server_returning_all_old_a_duplicate_costs_two_puts_and_no_read() 
             "ALL_OLD made the read unnecessary: {counts:?}"
         );
         assert_eq!((counter.writes(), counter.reads()), (2, 0), "{counts:?}");
+        assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+    }
+}
+
+#[tokio::test]
+async fn on_a_server_returning_all_old_a_refund_costs_four_writes_and_its_duplicate_two() {
+    // GIVEN moto with the four tables, a credited payment, and a counting client (#44)
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let store = counted(&counter, &moto, TableNames::with_prefix("motorf"));
+    store.create_tables().await.expect("create tables on moto");
+    let mut app = common::app(store, 30_000);
+    Arc::get_mut(&mut app).expect("sole owner").metrics = payhook::metrics::MetricsSink::Off;
+    let paid = send(
+        &app,
+        signed(&payment_body("evt_p", "pay_rf", "wallet_rf", 5_000, "NGN")),
+    )
+    .await;
+    assert_eq!(paid.status, 200, "{}", paid.body);
+
+    // WHEN the payment is refunded in full
+    counter.reset();
+    let refund = refund_body("evt_rf", "rf_moto", "pay_rf", 5_000);
+    let first = send(&app, signed(&refund)).await;
+
+    // THEN the refund with its claim, the ledger entry, the claim DONE and the log: 4 writes,
+    // no read (it was 5 writes with the claims table's claim and finalize)
+    assert_eq!(
+        (first.status, first.replayed),
+        (200, false),
+        "{}",
+        first.body
+    );
+    let counts = counter.snapshot();
+    eprintln!("new refund on moto: {counts:?}");
+    assert_eq!(
+        (counter.get("UpdateItem"), counter.get("PutItem")),
+        (2, 2),
+        "{counts:?}"
+    );
+    assert_eq!(counts.values().sum::<u64>(), 4, "{counts:?}");
+
+    // WHEN it comes again, under its event id and under another
+    for again in [
+        refund.clone(),
+        refund_body("evt_rf2", "rf_moto", "pay_rf", 5_000),
+    ] {
+        counter.reset();
+        let dup = send(&app, signed(&again)).await;
+
+        // THEN the stored answer is replayed from the failed refund write's ALL_OLD image,
+        // which holds the refund's claim: that UpdateItem and the log, nothing else
+        assert!(dup.replayed, "{dup:?}");
+        assert_eq!(dup.body, first.body);
+        let counts = counter.snapshot();
+        assert_eq!(
+            (counter.get("UpdateItem"), counter.get("PutItem")),
+            (1, 1),
+            "{counts:?}"
+        );
         assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
     }
 }

@@ -189,6 +189,15 @@ pub fn payment_body(
     )
 }
 
+/// A generic refund.succeeded body: `refund` of `payment`, `amount` NGN minor units.
+pub fn refund_body(event_id: &str, refund: &str, payment: &str, amount: i64) -> String {
+    event_body(
+        event_id,
+        "refund.succeeded",
+        serde_json::json!({"reference": refund, "payment_reference": payment, "amount": amount, "currency": "NGN"}),
+    )
+}
+
 pub fn event_body(event_id: &str, kind: &str, data: serde_json::Value) -> String {
     serde_json::json!({"id": event_id, "type": kind, "created": 1764670000, "data": data})
         .to_string()

@@ -4,7 +4,8 @@ noisy shared machine where CPU time is not, so each lever of docs/performance.md
 with it.
 
 The target process (from benches/cpu.py) runs under `valgrind --tool=callgrind`; after a
-warm-up, for each class (new, duplicate, bad_signature) the counters are zeroed, N deliveries
+warm-up, for each class (new, duplicate, bad_signature; new_refund and duplicate_refund for
+payhook) the counters are zeroed, N deliveries
 sent, and the counters dumped (`callgrind_control`). A running callgrind acts on a request when
 the program next runs code, so the zero takes effect as the class's first delivery arrives and
 the dump as one extra delivery of the same class arrives: each dump holds N deliveries. Prints
@@ -61,6 +62,34 @@ def refunded_duplicates(target, pid, prefix, run, key, args):
     if not new_files:
         raise RuntimeError("callgrind wrote no dump for the refunded duplicates")
     return {"instructions": totals(new_files[-1]) / m, "dump": new_files[-1], "refunds": args.refunds}
+
+
+def measured(target, pid, prefix, cls, batch, n):
+    """Instructions per delivery of `batch[:n]` (the counters zeroed as its first arrives, dumped
+    as `batch[n]` arrives), each answered as `cls` expects."""
+    z = control("-z", pid)
+    for h, b in batch[:n]:
+        cpu.expect(target, cls, *target.send(h, b))
+    z.wait(60)
+    before = set(glob.glob(f"{prefix}.{pid}*"))
+    d = control("-d", pid)
+    time.sleep(0.2)
+    cpu.expect(target, cls, *target.send(*batch[n]))
+    d.wait(60)
+    new_files = sorted(set(glob.glob(f"{prefix}.{pid}*")) - before)
+    if not new_files:
+        raise RuntimeError(f"callgrind wrote no dump for {cls}")
+    return {"instructions": totals(new_files[-1]) / n, "dump": new_files[-1]}
+
+
+def refunds(target, pid, prefix, run, key, n):
+    """`new_refund` and `duplicate_refund`: a full refund of each of n + 1 payments credited just
+    before (#44: its claim on its payment, four calls), then each refund again."""
+    for i in range(n + 1):
+        cpu.expect(target, "new", *target.send(*cpu.delivery(run, i, key)))
+    batch = [cpu.delivery(run, i, key, refund=0, full=True) for i in range(n + 1)]
+    return {"new_refund": measured(target, pid, prefix, "new", batch, n),
+            "duplicate_refund": measured(target, pid, prefix, "duplicate", batch, n)}
 
 
 def main():
@@ -132,6 +161,10 @@ def main():
                 per["duplicate_refunded"] = refunded_duplicates(target, pid, prefix, run + name + "r", key, args)
                 cpu.log(f"  {name:<15} {'dup. refunded':<14} {per['duplicate_refunded']['instructions'] / 1e6:.3f} M instructions per delivery"
                         f" ({args.refunds} refunds on each payment)")
+            if name.startswith("payhook"):  # the Python reference has no refunds
+                per.update(refunds(target, pid, prefix, run + name + "f", key, args.n))
+                for cls in ("new_refund", "duplicate_refund"):
+                    cpu.log(f"  {name:<15} {cls:<14} {per[cls]['instructions'] / 1e6:.3f} M instructions per delivery")
             result["targets"][name] = per
         finally:
             target.stop()

@@ -5,12 +5,14 @@
 //! `refundable_minor`, `refunded_minor`, `refund_keys` and `reversed_refund_keys` (string sets),
 //! `paid_key`, `ledger_shard`, `credit_at_ms`, `dispute_keys` (string set) and `disputed_minor`
 //! (disputes' movements, written by `disputes.rs`), `history` (list; a dispute's entries carry
-//! `amount_minor`), `open` (sparse index) while PENDING/PROCESSING, and while a credit's claim
-//! held on the payment is APPLYING (`POSTING#{shard}`).
+//! `amount_minor`), `open` (sparse index) while PENDING/PROCESSING, and while a claim held on
+//! the payment (the credit's, or one refund's) is APPLYING (`POSTING#{shard}`).
 //!
 //! A credit's claim (#32), taken by the write that pays: `claim_state` APPLYING | DONE,
 //! `claim_owner`, `claim_lease_ms` (the store's time), `claim_fp` (the facts' fingerprint),
-//! `answer_status` + `answer_body` once DONE. The same protocol as the claims table.
+//! `answer_status` + `answer_body` once DONE. The same protocol as the claims table. Each
+//! refund's claim (#44) is one map attribute `rc#{key}`, taken by the refund's own write here
+//! (`refund_to`) and moved on by `refund_claims.rs`.
 //!
 //! Transaction bindings share the table: `pk` = `{provider}:txn:{transaction id}`, `reference`
 //! (the provider name is followed by `:` there and by `#` in a payment's key, so they never meet).
@@ -1216,7 +1218,8 @@ impl Payments for DynamoStore {
         self.read_payment(provider, reference).await
     }
 
-    /// PENDING or PROCESSING payments not updated since `before_ms`, from the sparse `open` index.
+    /// Claims held on payments (credits' and refunds') APPLYING past their lease, from `POSTING` in
+    /// the sparse `open` index.
     async fn stuck_credits(
         &self,
         now_ms: i64,

@@ -12,7 +12,7 @@ use payhook::dynamodb::schema::ALL;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{ClaimOutcome, Claims};
 use payhook::ledger::{Layout, Ledger, Posting};
-use payhook_tools::capacity::{classes, scenario, Model};
+use payhook_tools::capacity::{classes, refund_classes, scenario, Model};
 use payhook_tools::recorder::{CapacityRecorder, Totals};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,6 +26,7 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
     // WHEN new deliveries and duplicates of 4 KB bodies, and a mixed scenario, run through it
     let per = classes(&mut model, 4_096, 6).await.unwrap();
     let small = classes(&mut model, 1_024, 4).await.unwrap();
+    let refunds = refund_classes(&mut model, 4).await.unwrap();
     let wide = scenario(&mut model, "wide", 10_000.0, 10_000, 0.3, 80)
         .await
         .unwrap();
@@ -45,6 +46,22 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
         "duplicate 1 KB: {:?}",
         small[1]
     );
+    // AND a new refund is its 4 writes (#44: its claim on its payment, no claims-table write)
+    // at 10 units, its duplicate the failed refund write, dynalite's read and the log at 5
+    let (new_refund, dup_refund) = (&refunds[0], &refunds[1]);
+    let requests = |p: &payhook_tools::capacity::PerDelivery, op: &str| {
+        p.requests.get(op).copied().unwrap_or(0.0)
+    };
+    assert_eq!(
+        (
+            requests(new_refund, "PutItem"),
+            requests(new_refund, "UpdateItem")
+        ),
+        (2.0, 2.0),
+        "{new_refund:?}"
+    );
+    assert!(new_refund.write_units <= 10.0, "{new_refund:?}");
+    assert!(dup_refund.write_units <= 5.0, "{dup_refund:?}");
     // AND every key many deliveries write is one of a family spread over shards, each shard
     // well under DynamoDB's 1,000 write units/s at 10,000 deliveries/s and at 1,000 credits/s
     for s in [&wide, &hot] {

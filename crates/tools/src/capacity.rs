@@ -2,7 +2,8 @@
 //! real router and pipeline against the configured DynamoDB (dynalite locally), with
 //! [`CapacityRecorder`] costing every request by DynamoDB's billing rules, and prints:
 //!
-//! - requests, write and read units per new delivery and per duplicate, for 1, 4 and 64 KB bodies;
+//! - requests, write and read units per new delivery and per duplicate, for 1, 4 and 64 KB bodies,
+//!   and per new refund and its duplicate;
 //! - the ten hottest partition keys (tables and GSIs), scaled to a delivery rate, for two
 //!   scenarios: 10,000 deliveries/s over 10,000 accounts with 30% duplicates, and one account at
 //!   1,000 credits/s;
@@ -291,6 +292,39 @@ pub async fn classes(
     ])
 }
 
+/// A generic refund body: `refund` of `payment`, the whole 125,000 NGN of [`body`]'s payments.
+pub fn refund_body(event_id: &str, refund: &str, payment: &str) -> String {
+    format!(
+        r#"{{"id":"{event_id}","type":"refund.succeeded","created":1764670000,"data":{{"reference":"{refund}","payment_reference":"{payment}","amount":125000,"currency":"NGN"}}}}"#
+    )
+}
+
+/// New refunds (each of a payment credited just before, in full) and duplicates of them.
+pub async fn refund_classes(model: &mut Model, count: usize) -> Result<Vec<PerDelivery>, CliError> {
+    let (mut new, mut dup) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for i in 0..count {
+        let r = model.reference();
+        let paid = body(&format!("evt_{r}"), &r, &format!("acct_r{i}"), 0);
+        let (status, _) = model.deliver(&paid).await?;
+        if status != 200 {
+            return Err(CliError::Other(format!("a payment answered {status}")));
+        }
+        let b = refund_body(&format!("evt_rf_{r}"), &format!("rf_{r}"), &r);
+        bytes = b.len();
+        let (status, costed) = model.deliver(&b).await?;
+        if status != 200 {
+            return Err(CliError::Other(format!("a new refund answered {status}")));
+        }
+        new.push(costed);
+        dup.push(model.deliver(&b).await?.1);
+    }
+    Ok(vec![
+        per_delivery("new refund", bytes, &new),
+        per_delivery("duplicate refund", bytes, &dup),
+    ])
+}
+
 /// Runs a scenario: `count` deliveries, accounts drawn from `accounts`, `dup_share` of them
 /// redeliveries of earlier ones; keys scaled to `rate` deliveries/s.
 pub async fn scenario(
@@ -490,6 +524,8 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
         eprintln!("capacity: {each} new + {each} duplicate deliveries of {bytes} bytes");
         per.extend(classes(&mut model, bytes, each).await?);
     }
+    eprintln!("capacity: {each} new + {each} duplicate refunds");
+    per.extend(refund_classes(&mut model, each).await?);
     eprintln!(
         "capacity: {} deliveries over 10,000 accounts, 30% duplicates",
         args.deliveries
@@ -539,7 +575,7 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
 
 fn print_table(r: &Report) {
     println!(
-        "{:<10} {:>8} {:>10} {:>10}  requests",
+        "{:<16} {:>8} {:>10} {:>10}  requests",
         "class", "body", "write u.", "read u."
     );
     for p in &r.per_delivery {
@@ -549,7 +585,7 @@ fn print_table(r: &Report) {
             .map(|(k, v)| format!("{k} {v:.2}"))
             .collect();
         println!(
-            "{:<10} {:>8} {:>10.2} {:>10.2}  {}",
+            "{:<16} {:>8} {:>10.2} {:>10.2}  {}",
             p.class,
             p.body_bytes,
             p.write_units,

@@ -41,6 +41,9 @@ impl DynamoStore {
         key: &IdempotencyKey,
         claim: NewHostClaim<'_>,
     ) -> Result<HostedRefund, StoreError> {
+        // The first write of a money movement: never on tables that cannot referee it (as a
+        // claims-table claim and a credit's, `dynamodb::regions`).
+        self.replication_allows().await?;
         let layout = crate::ledger::Ledger::placement_layout(self).await?;
         let posting = format!("{POSTING}#{}", layout.index_shard(key.as_str()));
         let taking = Taking::new(key, claim, posting);

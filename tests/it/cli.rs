@@ -288,6 +288,31 @@ async fn doctor_and_the_first_claim_refuse_eventually_consistent_replicas() {
         .map(ToString::to_string)
         .unwrap_or_default();
     assert!(why.contains("last writer wins"), "{err:?}");
+    // AND so is a refund's claim held on its payment, taken by the refund's write (#44)
+    let refund = payhook::domain::RefundFacts {
+        refund_reference: payhook::domain::Reference::parse("rf_gate").unwrap(),
+        payment_reference: facts.reference.clone(),
+        money: facts.money,
+    };
+    let refund_key = payhook::domain::IdempotencyKey::from_stored("generic:refund:rf_gate".into());
+    let claim = NewHostClaim {
+        token: &token,
+        lease_ms: 30_000,
+        fingerprint: &fp,
+    };
+    let hosted = gated
+        .refund_hosted(
+            payhook::domain::ProviderId::GENERIC,
+            &refund,
+            &refund_key,
+            claim,
+        )
+        .await;
+    let err = hosted.expect_err("a refund's claim on eventual replicas");
+    let why = std::error::Error::source(&err)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(why.contains("last writer wins"), "{err:?}");
 }
 
 /// The audit lines (`payhook::audit`) a command wrote to stderr, as JSON.

@@ -81,6 +81,8 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             ledger_shard: Some(0),
             credit_at_ms: Some(0),
             claim: None,
+            refund_claims: Default::default(),
+            posting: false,
             history: Vec::new(),
             created_at_ms: 0,
             updated_at_ms: 0,

@@ -14,7 +14,9 @@ use crate::pipeline::{Answer, Delivered, Pipeline, PipelineError, Store};
 use crate::providers::{PayloadError, Providers};
 use crate::store::StoreError;
 
-pub use crate::pipeline::{RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_REFUND_EVENT_TYPE};
+pub use crate::pipeline::{
+    RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_HELD_EVENT_TYPE, RESUME_REFUND_EVENT_TYPE,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -52,6 +54,7 @@ pub fn event_of(providers: &Providers, d: &Delivery) -> Result<NormalisedEvent, 
         RESUME_EVENT_TYPE,
         RESUME_CREDIT_EVENT_TYPE,
         RESUME_REFUND_EVENT_TYPE,
+        RESUME_HELD_EVENT_TYPE,
     ]
     .contains(&d.event_type.as_str())
     {

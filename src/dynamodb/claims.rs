@@ -5,7 +5,7 @@
 use dynamo_claim::{record_of, ClaimTable, DONE, IN_PROGRESS};
 
 use super::item::{s, unavailable, Reader};
-use super::payment_item::refund_claim_attribute;
+use super::payment_item::held_claim_attribute;
 use super::DynamoStore;
 use crate::domain::{Fingerprint, IdempotencyKey};
 use crate::idempotency::{
@@ -116,8 +116,8 @@ impl Claims for DynamoStore {
                 done.insert(IdempotencyKey::from_stored(r.str("pk")?.to_owned()));
             }
         }
-        // Credits and refunds not done in the claims table may be done on their payment (#32,
-        // #44).
+        // Credits, refunds, reversals and dispute movements not done in the claims table may be
+        // done on their payment (#32, #44).
         let held: Vec<Held> = unique
             .into_iter()
             .filter(|(k, _)| !done.contains(k))
@@ -160,7 +160,8 @@ fn credit_payment(
 }
 
 /// A movement whose claim may be held on its payment item (`pk`): a credit (its payment named
-/// by its key), or a refund (its payment the one its delivery was about).
+/// by its key), or a refund, reversal or dispute movement (its payment the one its delivery was
+/// about).
 struct Held {
     key: IdempotencyKey,
     pk: String,
@@ -175,7 +176,15 @@ fn held_on(key: &IdempotencyKey, payment: Option<&crate::domain::Reference>) -> 
             credit: true,
         });
     }
-    if key.operation() != Some(crate::domain::Operation::Refund) {
+    use crate::domain::Operation;
+    let held_here = [
+        Operation::Refund,
+        Operation::RefundReversal,
+        Operation::DisputeWithdrawal,
+        Operation::DisputeReinstatement,
+        Operation::DisputeDeclined,
+    ];
+    if !key.operation().is_some_and(|op| held_here.contains(&op)) {
         return None;
     }
     Some(Held {
@@ -204,7 +213,7 @@ impl DynamoStore {
         let names: Vec<(String, String)> = refunds
             .iter()
             .enumerate()
-            .map(|(i, h)| (format!("#r{i}"), refund_claim_attribute(&h.key)))
+            .map(|(i, h)| (format!("#r{i}"), held_claim_attribute(&h.key)))
             .collect();
         let mut projection = "pk, paid_key, claim_state".to_owned();
         for (placeholder, _) in &names {
@@ -236,7 +245,7 @@ impl DynamoStore {
                     r.opt_str("claim_state") == Some(DONE)
                         && r.opt_str("paid_key") == Some(h.key.as_str())
                 } else {
-                    item.get(&refund_claim_attribute(&h.key))
+                    item.get(&held_claim_attribute(&h.key))
                         .and_then(|v| v.as_m().ok())
                         .and_then(|m| m.get("st"))
                         .and_then(|v| v.as_s().ok())

@@ -6,7 +6,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{n, s};
-use super::payment_item::{history_entry, totals_condition, WRITE_ROUNDS};
+use super::payment_item::{history_entry, totals_condition, Taking, WRITE_ROUNDS};
 use super::DynamoStore;
 use crate::domain::{DisputeFacts, DisputeMovement, IdempotencyKey, ProviderId};
 use crate::payments::disputes::withdrawal_key;
@@ -18,15 +18,18 @@ use crate::store::StoreError;
 impl DynamoStore {
     /// Records the dispute movement as `aim` says: in the paid status `aim.at`, and, on a payment
     /// whose refunds repeat its disputes, on the exact totals the judge read.
-    async fn dispute_write(
+    pub(super) async fn dispute_write(
         &self,
         provider: ProviderId,
         facts: &DisputeFacts,
         movement: DisputeMovement,
         key: &IdempotencyKey,
         aim: DisputeWrite,
+        claim: Option<&Taking<'_>>,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = self.clock.now_ms();
+        // The movement's claim, in the same write (#44).
+        let (claim_set, claim_cond) = Taking::clauses(claim);
         let amount = facts.money.amount.get();
         let debit = aim.pair.map(|g| g.debit_minor(amount));
         let money = money_moves(movement, debit);
@@ -42,11 +45,11 @@ impl DynamoStore {
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(format!(
                 "SET {money}updated_at_ms = :now, \
-                 history = list_append(if_not_exists(history, :empty), :h) ADD dispute_keys :keys"
+                 history = list_append(if_not_exists(history, :empty), :h){claim_set} ADD dispute_keys :keys"
             ))
             .condition_expression(format!(
                 "attribute_exists(pk) AND #status = :at AND currency = :cur \
-                 AND NOT contains(dispute_keys, :key){after_withdrawal}{totals}"
+                 AND NOT contains(dispute_keys, :key){after_withdrawal}{totals}{claim_cond}"
             ))
             .expression_attribute_values(":at", s(aim.at.as_str()))
             .expression_attribute_values(":cur", s(facts.money.currency.as_str()))
@@ -66,6 +69,9 @@ impl DynamoStore {
                 .expression_attribute_values(":r0", n(g.refunded_minor))
                 .expression_attribute_values(":d0", n(g.disputed_minor));
         }
+        if let Some(taking) = claim {
+            update = taking.bind(update, now);
+        }
         if let Some(w) = withdrawal {
             update = update.expression_attribute_values(":withdrawal", s(w.as_str()));
         }
@@ -84,7 +90,7 @@ impl DynamoStore {
         let mut aim = DisputeWrite::first(key);
         for _ in 0..WRITE_ROUNDS {
             let old = match self
-                .dispute_write(provider, facts, movement, key, aim)
+                .dispute_write(provider, facts, movement, key, aim, None)
                 .await?
             {
                 Ok(record) => return Ok(DisputeOutcome::Applied(record)),

@@ -8,13 +8,13 @@
 mod claims;
 mod disputes;
 mod events;
+mod held_claims;
 pub mod lean;
 mod ledger;
 pub mod observe;
 mod payment_item;
 mod payments;
 mod payouts;
-mod refund_claims;
 pub mod regions;
 pub mod schema;
 mod scopes;

@@ -67,7 +67,7 @@ pub(super) const DONE: &str = "DONE";
 pub(super) const POSTING: &str = "POSTING";
 
 /// Where a claim held on a payment keeps its fields: the credit's are top-level attributes, a
-/// refund's live in one map attribute of its own (#44, `refund_claims.rs`).
+/// refund's live in one map attribute of its own (#44, `held_claims.rs`).
 pub(super) struct ClaimFields {
     pub state: &'static str,
     pub owner: &'static str,
@@ -103,10 +103,10 @@ pub(super) fn claim_of(r: &Reader<'_>, f: &ClaimFields) -> Result<Option<HostCla
 }
 
 /// The prefix of a refund claim's attribute name.
-const REFUND_PREFIX: &str = "rc#";
+const HELD_PREFIX: &str = "rc#";
 
 /// A refund claim's fields inside its map.
-pub(super) const REFUND_CLAIM: ClaimFields = ClaimFields {
+pub(super) const HELD_CLAIM: ClaimFields = ClaimFields {
     state: "st",
     owner: "ow",
     lease: "ls",
@@ -116,18 +116,18 @@ pub(super) const REFUND_CLAIM: ClaimFields = ClaimFields {
 };
 
 /// The attribute holding `key`'s claim.
-pub(super) fn refund_claim_attribute(key: &IdempotencyKey) -> String {
-    format!("{REFUND_PREFIX}{key}")
+pub(super) fn held_claim_attribute(key: &IdempotencyKey) -> String {
+    format!("{HELD_PREFIX}{key}")
 }
 
 /// Every refund claim on a payment item, by key.
-pub(super) fn refund_claims_of(
+pub(super) fn held_claims_of(
     item: &Item,
     table: &str,
 ) -> Result<BTreeMap<String, HostClaim>, StoreError> {
     let mut claims = BTreeMap::new();
     for (name, value) in item {
-        let Some(key) = name.strip_prefix(REFUND_PREFIX) else {
+        let Some(key) = name.strip_prefix(HELD_PREFIX) else {
             continue;
         };
         let map = value.as_m().map_err(|_| StoreError::Corrupt {
@@ -135,7 +135,7 @@ pub(super) fn refund_claims_of(
             key: name.clone(),
             reason: "a refund claim that is not a map".into(),
         })?;
-        if let Some(claim) = claim_of(&Reader::new(map, table), &REFUND_CLAIM)? {
+        if let Some(claim) = claim_of(&Reader::new(map, table), &HELD_CLAIM)? {
             claims.insert(key.to_owned(), claim);
         }
     }
@@ -158,6 +158,19 @@ impl<'a> Taking<'a> {
         }
     }
 
+    /// What a movement's write adds to take its claim (`SET` clauses, each after a ", ", and
+    /// the condition's clauses, each after an " AND "): the claim APPLYING and the payment
+    /// listed open, on a payment holding no claim APPLYING and none for this key.
+    pub(super) fn clauses(taking: Option<&Taking<'_>>) -> (&'static str, &'static str) {
+        match taking {
+            Some(_) => (
+                ", #rc = :rc, #open = :posting",
+                " AND attribute_not_exists(#open) AND attribute_not_exists(#rc)",
+            ),
+            None => ("", ""),
+        }
+    }
+
     /// The claim's names and values (`#rc`, `:rc`, `#open`, `:posting`) on `update`.
     pub(super) fn bind(
         &self,
@@ -165,19 +178,19 @@ impl<'a> Taking<'a> {
         now_ms: i64,
     ) -> UpdateItemFluentBuilder {
         let claim = std::collections::HashMap::from([
-            (REFUND_CLAIM.state.to_owned(), s(APPLYING)),
-            (REFUND_CLAIM.owner.to_owned(), s(self.claim.token.as_str())),
+            (HELD_CLAIM.state.to_owned(), s(APPLYING)),
+            (HELD_CLAIM.owner.to_owned(), s(self.claim.token.as_str())),
             (
-                REFUND_CLAIM.lease.to_owned(),
+                HELD_CLAIM.lease.to_owned(),
                 n(now_ms.saturating_add(self.claim.lease_ms)),
             ),
             (
-                REFUND_CLAIM.fingerprint.to_owned(),
+                HELD_CLAIM.fingerprint.to_owned(),
                 s(self.claim.fingerprint.as_str()),
             ),
         ]);
         update
-            .expression_attribute_names("#rc", refund_claim_attribute(self.key))
+            .expression_attribute_names("#rc", held_claim_attribute(self.key))
             .expression_attribute_names("#open", "open")
             .expression_attribute_values(":rc", AttributeValue::M(claim))
             .expression_attribute_values(":posting", s(self.posting.as_str()))

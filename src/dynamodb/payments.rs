@@ -12,7 +12,7 @@
 //! `claim_owner`, `claim_lease_ms` (the store's time), `claim_fp` (the facts' fingerprint),
 //! `answer_status` + `answer_body` once DONE. The same protocol as the claims table. Each
 //! refund's claim (#44) is one map attribute `rc#{key}`, taken by the refund's own write here
-//! (`refund_to`) and moved on by `refund_claims.rs`.
+//! (`refund_to`) and moved on by `held_claims.rs`.
 //!
 //! Transaction bindings share the table: `pk` = `{provider}:txn:{transaction id}`, `reference`
 //! (the provider name is followed by `:` there and by `#` in a payment's key, so they never meet).
@@ -37,7 +37,7 @@ use crate::payments::{
     NewCredit, PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
     RefundWrite, RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
-use crate::payments::{HostClaim, HostedRefund, NewHostClaim};
+use crate::payments::{HeldMove, HostClaim, Hosted, NewHostClaim};
 use crate::store::StoreError;
 
 /// Whether `payment`'s credit claim is APPLYING under `token`.
@@ -180,8 +180,8 @@ fn to_view(item: &Item, table: &str, view: View) -> Result<PaymentRecord, StoreE
             .transpose()?,
         credit_at_ms: r.opt_num("credit_at_ms")?,
         claim: host_claim(&r)?,
-        refund_claims: if whole {
-            super::payment_item::refund_claims_of(item, table)?
+        held_claims: if whole {
+            super::payment_item::held_claims_of(item, table)?
         } else {
             Default::default()
         },
@@ -444,13 +444,16 @@ impl DynamoStore {
         }
     }
 
-    /// A write of a credit's claim alone (takeover, finalize, giving up): nothing read back on
-    /// success, the credit's view of the item when the condition failed.
+    /// A write of a claim held on a payment alone (takeover, finalize, giving up): nothing read
+    /// back on success, the item as `view` when the condition failed (a credit's claim needs
+    /// [`View::Credit`]; another movement's claim is an attribute named by its key, so
+    /// [`View::Whole`]).
     pub(super) async fn claim_write(
         &self,
         update: UpdateItemFluentBuilder,
         provider: ProviderId,
         reference: &Reference,
+        view: View,
     ) -> Result<Result<(), Option<PaymentRecord>>, StoreError> {
         let result = update
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -458,10 +461,7 @@ impl DynamoStore {
             .await;
         match result {
             Ok(_) => Ok(Ok(())),
-            Err(e) => {
-                self.failed_image(e, provider, reference, View::Credit)
-                    .await
-            }
+            Err(e) => self.failed_image(e, provider, reference, view).await,
         }
     }
 
@@ -617,15 +617,8 @@ impl DynamoStore {
             Some(g) => (Some(amount), Some(g.debit_minor(amount))),
             None => (None, None),
         };
-        // The refund's claim, in the same write (#44): no claim APPLYING on the payment, none
-        // for this key.
-        let (claim_set, claim_cond) = match claim {
-            Some(_) => (
-                ", #rc = :rc, #open = :posting",
-                " AND attribute_not_exists(#open) AND attribute_not_exists(#rc)",
-            ),
-            None => ("", ""),
-        };
+        // The refund's claim, in the same write (#44).
+        let (claim_set, claim_cond) = Taking::clauses(claim);
         let mut update = self
             .payment_update(provider, &facts.payment_reference, now)
             .update_expression(format!(
@@ -669,14 +662,17 @@ impl DynamoStore {
     /// it, and the status follows what remains refunded); `Void` records a refund never applied.
     /// Either way the refund key joins `reversed_refund_keys` in the same write, so a reversal
     /// applies once and a voided refund's late success finds it.
-    async fn reversal_write(
+    pub(super) async fn reversal_write(
         &self,
         provider: ProviderId,
         facts: &RefundFacts,
         refund_key: &IdempotencyKey,
         write: ReversalWrite,
+        claim: Option<&Taking<'_>>,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
         let now = self.clock.now_ms();
+        // The reversal's claim, in the same write (#44).
+        let (claim_set, claim_cond) = Taking::clauses(claim);
         // A payment heard of only by a state event without money has no currency yet: a
         // refund of it can only be voided, and the judge finds no mismatch to refuse it for.
         let fresh = "attribute_exists(pk) AND (attribute_not_exists(currency) OR currency = :cur) \
@@ -689,12 +685,12 @@ impl DynamoStore {
                     "refunded_minor > :amt"
                 };
                 self.payment_update(provider, &facts.payment_reference, now)
-                    .update_expression(
+                    .update_expression(format!(
                         "SET #status = :to, refundable_minor = refundable_minor + :amt, \
                          refunded_minor = refunded_minor - :amt, updated_at_ms = :now, \
-                         history = list_append(if_not_exists(history, :empty), :h) ADD reversed_refund_keys :rks",
-                    )
-                    .condition_expression(format!("{fresh} AND contains(refund_keys, :rk) AND {refunded}"))
+                         history = list_append(if_not_exists(history, :empty), :h){claim_set} ADD reversed_refund_keys :rks",
+                    ))
+                    .condition_expression(format!("{fresh} AND contains(refund_keys, :rk) AND {refunded}{claim_cond}"))
                     .expression_attribute_values(":to", s(to.as_str()))
                     .expression_attribute_values(":amt", n(facts.money.amount.get()))
                     .expression_attribute_values(":h", history(to, &format!("refund reversed: {refund_key}"), now))
@@ -706,9 +702,17 @@ impl DynamoStore {
                 .update_item()
                 .table_name(&self.tables.payments)
                 .key("pk", pk(provider, &facts.payment_reference))
-                .update_expression("SET updated_at_ms = :now ADD reversed_refund_keys :rks")
-                .condition_expression(format!("{fresh} AND NOT contains(refund_keys, :rk)"))
+                .update_expression(format!(
+                    "SET updated_at_ms = :now{claim_set} ADD reversed_refund_keys :rks"
+                ))
+                .condition_expression(format!(
+                    "{fresh} AND NOT contains(refund_keys, :rk){claim_cond}"
+                ))
                 .expression_attribute_values(":now", n(now)),
+        };
+        let update = match claim {
+            Some(taking) => taking.bind(update, now),
+            None => update,
         };
         let update = update
             .expression_attribute_values(":rk", s(refund_key.as_str()))
@@ -886,11 +890,16 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":applying", s(APPLYING))
             .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
             .expression_attribute_values(":now", n(now));
-        Ok(match self.claim_write(update, provider, reference).await? {
-            Ok(()) => true,
-            // Ours already: the SDK resent a takeover whose reply was lost.
-            Err(old) => held_by(old.as_ref(), token),
-        })
+        Ok(
+            match self
+                .claim_write(update, provider, reference, View::Credit)
+                .await?
+            {
+                Ok(()) => true,
+                // Ours already: the SDK resent a takeover whose reply was lost.
+                Err(old) => held_by(old.as_ref(), token),
+            },
+        )
     }
 
     async fn finalize_credit(
@@ -912,7 +921,10 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":done", s(DONE))
             .expression_attribute_values(":as", n(i64::from(answer.status)))
             .expression_attribute_values(":ab", s(answer.body.as_str()));
-        let old = match self.claim_write(update, provider, reference).await? {
+        let old = match self
+            .claim_write(update, provider, reference, View::Credit)
+            .await?
+        {
             Ok(()) => return Ok(FinalizeOutcome::Done),
             Err(old) => old,
         };
@@ -938,7 +950,10 @@ impl Payments for DynamoStore {
             .expression_attribute_values(":tok", s(token.as_str()))
             .expression_attribute_values(":applying", s(APPLYING))
             .expression_attribute_values(":zero", n(0));
-        Ok(self.claim_write(update, provider, reference).await?.is_ok())
+        Ok(self
+            .claim_write(update, provider, reference, View::Credit)
+            .await?
+            .is_ok())
     }
 
     async fn move_state(
@@ -983,17 +998,17 @@ impl Payments for DynamoStore {
         )
     }
 
-    async fn refund_hosted(
+    async fn hold(
         &self,
         provider: ProviderId,
-        facts: &RefundFacts,
+        movement: HeldMove<'_>,
         key: &IdempotencyKey,
         claim: NewHostClaim<'_>,
-    ) -> Result<HostedRefund, StoreError> {
-        self.apply_hosted_refund(provider, facts, key, claim).await
+    ) -> Result<Hosted, StoreError> {
+        self.apply_hosted(provider, movement, key, claim).await
     }
 
-    async fn take_over_refund(
+    async fn take_over_held(
         &self,
         provider: ProviderId,
         payment: &Reference,
@@ -1002,11 +1017,11 @@ impl Payments for DynamoStore {
         token: &OwnerToken,
         lease_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.take_over_hosted_refund(provider, payment, key, previous, token, lease_ms)
+        self.take_over_hosted(provider, payment, key, previous, token, lease_ms)
             .await
     }
 
-    async fn finalize_refund(
+    async fn finalize_held(
         &self,
         provider: ProviderId,
         payment: &Reference,
@@ -1014,7 +1029,7 @@ impl Payments for DynamoStore {
         token: &OwnerToken,
         answer: &StoredResponse,
     ) -> Result<FinalizeOutcome, StoreError> {
-        self.finalize_hosted_refund(provider, payment, key, token, answer)
+        self.finalize_hosted(provider, payment, key, token, answer)
             .await
     }
 
@@ -1099,7 +1114,7 @@ impl Payments for DynamoStore {
         let mut write = ReversalWrite::Restore(PaymentStatus::Paid);
         for _ in 0..WRITE_ROUNDS {
             let result = self
-                .reversal_write(provider, facts, refund_key, write)
+                .reversal_write(provider, facts, refund_key, write, None)
                 .await?;
             match (result, write) {
                 (Ok(record), ReversalWrite::Restore(_)) => {
@@ -1207,7 +1222,10 @@ impl Payments for DynamoStore {
             .expression_attribute_names("#open", "open")
             .expression_attribute_values(":s", s(status.as_str()))
             .expression_attribute_values(":h", history(status, note, now));
-        Ok(self.claim_write(update, provider, reference).await?.is_ok())
+        Ok(self
+            .claim_write(update, provider, reference, View::Credit)
+            .await?
+            .is_ok())
     }
 
     async fn payment(
@@ -1271,7 +1289,7 @@ impl Payments for DynamoStore {
                     &mut stuck,
                 );
             }
-            for (key, claim) in super::payment_item::refund_claims_of(item, &table)? {
+            for (key, claim) in super::payment_item::held_claims_of(item, &table)? {
                 expired(claim.record(&IdempotencyKey::from_stored(key)), &mut stuck);
             }
         }

@@ -91,7 +91,7 @@ pub struct PaymentRecord {
     /// that applied its refund. Refunds applied before #44, or through the claims table (the
     /// payment was busy with another claim), have none here.
     #[serde(skip)]
-    pub refund_claims: std::collections::BTreeMap<String, HostClaim>,
+    pub held_claims: std::collections::BTreeMap<String, HostClaim>,
     /// A claim held on the payment is APPLYING (the credit's or one refund's): the payment is
     /// listed under `POSTING#{shard}` and no other refund takes its claim here meanwhile.
     #[serde(skip)]
@@ -288,7 +288,7 @@ impl PaymentRecord {
             ledger_shard: None,
             credit_at_ms: None,
             claim: None,
-            refund_claims: Default::default(),
+            held_claims: Default::default(),
             posting: false,
             history: Vec::new(),
             created_at_ms: 0,
@@ -336,17 +336,39 @@ pub enum RefundOutcome {
     Contended,
 }
 
-/// A refund's write with its claim on the payment (#44), as the store found it.
+/// A movement whose claim is held on its payment item (#44), taken by the write that applies
+/// it: each writes the payment anyway, once per key.
+#[derive(Debug, Clone, Copy)]
+pub enum HeldMove<'a> {
+    /// A refund's debit.
+    Refund(&'a RefundFacts),
+    /// A dispute's withdrawal, reinstatement or declined record.
+    Dispute(&'a DisputeFacts, DisputeMovement),
+    /// A refund the provider reports failed: its debit credited back, or the refund voided.
+    Reversal(&'a RefundFacts),
+}
+
+impl HeldMove<'_> {
+    /// The payment the movement writes, which holds its claim.
+    pub fn payment(&self) -> &Reference {
+        match self {
+            HeldMove::Refund(r) | HeldMove::Reversal(r) => &r.payment_reference,
+            HeldMove::Dispute(d, _) => &d.payment_reference,
+        }
+    }
+}
+
+/// A movement's write with its claim on the payment (#44), as the store found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostedRefund {
-    /// This write applied the refund and took its claim (APPLYING, ours).
+pub enum Hosted {
+    /// This write applied the movement and took its claim (APPLYING, ours).
     Taken(PaymentRecord),
-    /// The refund's claim is on the payment already: the claim crate's judge decides.
+    /// The movement's claim is on the payment already: the claim crate's judge decides.
     Claimed(PaymentRecord, HostClaim),
-    /// Not for the payment to decide: the refund was applied without a claim here (before #44,
-    /// or through the claims table), another claim holds the payment, or the refund does not
-    /// apply now (not paid yet, refused, voided, another amount, contended). The claims table's
-    /// path decides it, exactly as before #44.
+    /// Not for the payment to decide: the movement was applied without a claim here (before
+    /// #44, or through the claims table), another claim holds the payment, or the movement does
+    /// not apply now (not paid yet, refused, voided, awaiting its withdrawal, another amount,
+    /// contended). The claims table's path decides it, exactly as before #44.
     Elsewhere,
 }
 
@@ -651,20 +673,21 @@ pub trait Payments: Sync {
         reference: &Reference,
         token: &OwnerToken,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// A refund's debit with its claim taken on the payment in the same write (#44): the
-    /// refund's own conditions, and the payment holds no claim APPLYING (`open` absent) and none
-    /// for this key. Aimed and re-aimed as [`Payments::refund`]; every outcome but "applied by
-    /// this write" or "claimed here already" is [`HostedRefund::Elsewhere`].
-    fn refund_hosted(
+    /// A movement with its claim taken on its payment in the same write (#44): the movement's
+    /// own conditions, and the payment holds no claim APPLYING (`open` absent) and none for
+    /// this key. Aimed and re-aimed as the movement's own write ([`Payments::refund`],
+    /// [`Payments::dispute`], [`Payments::reverse_refund`]); every outcome but "applied by this
+    /// write" or "claimed here already" is [`Hosted::Elsewhere`].
+    fn hold(
         &self,
         provider: ProviderId,
-        facts: &RefundFacts,
+        movement: HeldMove<'_>,
         key: &IdempotencyKey,
         claim: NewHostClaim<'_>,
-    ) -> impl Future<Output = Result<HostedRefund, StoreError>> + Send;
-    /// Takes over a refund's claim on its payment from `previous`, whose lease ran out (as
-    /// [`Payments::take_over_credit`]).
-    fn take_over_refund(
+    ) -> impl Future<Output = Result<Hosted, StoreError>> + Send;
+    /// Takes over a claim held on `payment` under `key` from `previous`, whose lease ran out
+    /// (as [`Payments::take_over_credit`]).
+    fn take_over_held(
         &self,
         provider: ProviderId,
         payment: &Reference,
@@ -673,9 +696,9 @@ pub trait Payments: Sync {
         token: &OwnerToken,
         lease_ms: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Marks a refund's claim on its payment DONE with `answer` and frees the payment for the
-    /// next claim, only if `token` still owns it (APPLYING).
-    fn finalize_refund(
+    /// Marks the claim held on `payment` under `key` DONE with `answer` and frees the payment
+    /// for the next claim, only if `token` still owns it (APPLYING).
+    fn finalize_held(
         &self,
         provider: ProviderId,
         payment: &Reference,

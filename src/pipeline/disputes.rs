@@ -14,7 +14,7 @@ use super::{
 use crate::domain::{AccountId, DisputeFacts, DisputeMovement, IdempotencyKey, NormalisedEvent};
 use crate::eventlog::Outcome;
 use crate::ledger::PostOutcome;
-use crate::payments::DisputeOutcome;
+use crate::payments::{DisputeOutcome, PaymentRecord};
 
 impl<S: Store> Pipeline<S> {
     pub(super) async fn dispute(
@@ -59,6 +59,20 @@ impl<S: Store> Pipeline<S> {
             }
             DisputeOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
+        self.dispute_tail(&payment, facts, movement, key, resumed)
+            .await
+    }
+
+    /// An applied dispute movement's ledger entry and answer, however it was claimed (on its
+    /// payment, `held`, or in the claims table).
+    pub(super) async fn dispute_tail(
+        &self,
+        payment: &PaymentRecord,
+        facts: &DisputeFacts,
+        movement: DisputeMovement,
+        key: &IdempotencyKey,
+        resumed: bool,
+    ) -> Result<Settled, PipelineError> {
         let amount = facts.money.amount.get();
         // What this movement's own write decided it moves (a paired withdrawal: nothing, its
         // refund already debited the money), so a retry posts exactly that.
@@ -74,7 +88,7 @@ impl<S: Store> Pipeline<S> {
         let amount = Signed::of(signed, facts.money.currency);
         let reference = &facts.payment_reference;
         let (settled, posted) = self
-            .finish(&payment, key, amount, reference, resumed, &body)
+            .finish(payment, key, amount, reference, resumed, &body)
             .await?;
         if movement == DisputeMovement::Withdrawal && posted == Some(PostOutcome::Posted) {
             self.report_below_zero(payment.account.as_ref(), facts, key)

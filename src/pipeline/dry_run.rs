@@ -37,7 +37,7 @@ use crate::payments::pairs::PairGuard;
 use crate::payments::parked::{Binding, ParkOutcome, ParkedDebit, TransactionPark};
 use crate::payments::{
     judge_dispute, judge_paid, judge_refund, judge_reversal, judge_state, DisputeJudgement,
-    DisputeOutcome, ExpectedPayment, HistoryEntry, HostedRefund, NewCredit, NewHostClaim,
+    DisputeOutcome, ExpectedPayment, HeldMove, HistoryEntry, Hosted, NewCredit, NewHostClaim,
     PaidJudgement, PaidOutcome, PaymentRecord, Payments, RefundJudgement, RefundOutcome,
     RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
@@ -322,26 +322,26 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
         })
     }
 
-    /// A refund's claim already on the payment is judged as the real run would; a refund not
+    /// A movement's claim already on its payment is judged as the real run would; one not
     /// claimed there goes the claims table's way (simulated, writing nothing).
-    async fn refund_hosted(
+    async fn hold(
         &self,
         provider: ProviderId,
-        facts: &RefundFacts,
+        movement: HeldMove<'_>,
         key: &IdempotencyKey,
         _claim: NewHostClaim<'_>,
-    ) -> Result<HostedRefund, StoreError> {
-        let existing = self.current(provider, &facts.payment_reference).await?;
+    ) -> Result<Hosted, StoreError> {
+        let existing = self.current(provider, movement.payment()).await?;
         Ok(match existing {
-            Some(p) => match p.refund_claims.get(key.as_str()).cloned() {
-                Some(claim) => HostedRefund::Claimed(p, claim),
-                None => HostedRefund::Elsewhere,
+            Some(p) => match p.held_claims.get(key.as_str()).cloned() {
+                Some(claim) => Hosted::Claimed(p, claim),
+                None => Hosted::Elsewhere,
             },
-            None => HostedRefund::Elsewhere,
+            None => Hosted::Elsewhere,
         })
     }
 
-    async fn take_over_refund(
+    async fn take_over_held(
         &self,
         _provider: ProviderId,
         _payment: &Reference,
@@ -353,7 +353,7 @@ impl<S: Payments + Send + Sync> Payments for DryRun<S> {
         Ok(true)
     }
 
-    async fn finalize_refund(
+    async fn finalize_held(
         &self,
         _provider: ProviderId,
         _payment: &Reference,

@@ -10,6 +10,7 @@ pub mod dry_run;
 mod parked;
 
 use parked::Parking;
+mod held;
 mod payouts;
 mod refunds;
 mod transfers;
@@ -28,7 +29,8 @@ use crate::idempotency::{
 };
 use crate::ledger::{movement_time, shard_of_payment, Ledger, PostOutcome, Posting};
 use crate::payments::{
-    Mismatch, NewCredit, PaymentRecord, Payments, RefundOutcome, ReversalOutcome, StateOutcome,
+    HeldMove, Mismatch, NewCredit, PaymentRecord, Payments, RefundOutcome, ReversalOutcome,
+    StateOutcome,
 };
 use crate::payouts::Payouts;
 use crate::providers::orders::OrderKeys;
@@ -46,6 +48,10 @@ pub const RESUME_CREDIT_EVENT_TYPE: &str = "reconcile.resume_credit";
 /// Event type of the deliveries reconciliation logs when it resumes a refund whose claim is
 /// held on its payment ([`refunds`], #44); the body is the claim's facts too.
 pub const RESUME_REFUND_EVENT_TYPE: &str = "reconcile.resume_refund";
+
+/// Event type of the deliveries reconciliation logs when it resumes a dispute movement or a
+/// reversal whose claim is held on its payment ([`held`], #44); the body is the claim's facts.
+pub const RESUME_HELD_EVENT_TYPE: &str = "reconcile.resume_held";
 
 /// Everything the pipeline (and the router, reconciliation and replay above it) needs from a
 /// store: the four capabilities, shareable across tasks.
@@ -444,10 +450,11 @@ impl<S: Store> Pipeline<S> {
                 }
             }
         }
-        // So does a refund that applies now (`refunds`), on the same terms.
-        if let EventKind::RefundSucceeded(r) = &ev.kind {
+        // So does a refund, a dispute movement or a reversal that applies now (`held`), on the
+        // same terms.
+        if let Some(m) = held_move(&ev.kind) {
             if ev.event_type != RESUME_EVENT_TYPE {
-                let on_payment = self.refund_on_payment(ev, r, &key, &fingerprint, lease_ms);
+                let on_payment = self.held_on_payment(ev, m, &key, &fingerprint, lease_ms);
                 if let Some(answer) = on_payment.await? {
                     return Ok(answer);
                 }
@@ -717,29 +724,62 @@ impl<S: Store> Pipeline<S> {
         {
             ReversalOutcome::Applied(p) => (p, false),
             ReversalOutcome::AlreadyApplied(p) => (p, true),
-            ReversalOutcome::Voided(_) => {
-                let body = Status {
-                    status: "voided",
-                    reference: Some(r.refund_reference.as_str()),
-                    payment_status: None,
-                    event_type: Some(&ev.event_type),
-                };
-                return Ok(Settled::Final(Answer::json(200, &body, Outcome::Stale)));
-            }
+            ReversalOutcome::Voided(_) => return Ok(Settled::Final(voided(ev, r))),
             ReversalOutcome::NotYetPaid => return Ok(Settled::NothingMoved(parked(key))),
             ReversalOutcome::Mismatch(m, _) => {
                 return Ok(Settled::NothingMoved(conflict(Some(key), &m)))
             }
             ReversalOutcome::Contended => return Ok(Settled::NothingMoved(contended(key))),
         };
+        self.restore_tail(&payment, r, key, resumed).await
+    }
+
+    /// A reversal's tail once its own write on the payment decided it, however it was claimed:
+    /// the payment says which write that was (its refund applied and now given back, or never
+    /// applied and voided), so a resumed attempt answers as the first did.
+    async fn reversal_tail(
+        &self,
+        ev: &NormalisedEvent,
+        payment: &PaymentRecord,
+        r: &RefundFacts,
+        key: &IdempotencyKey,
+        resumed: bool,
+    ) -> Result<Settled, PipelineError> {
+        let refund_key = IdempotencyKey::new(ev.provider, Operation::Refund, &r.refund_reference);
+        if payment.refund_keys.contains(&refund_key) {
+            return self.restore_tail(payment, r, key, resumed).await;
+        }
+        Ok(Settled::Final(voided(ev, r)))
+    }
+
+    /// A reversal that gave its refund's debit back: the credit under the reversal's key.
+    async fn restore_tail(
+        &self,
+        payment: &PaymentRecord,
+        r: &RefundFacts,
+        key: &IdempotencyKey,
+        resumed: bool,
+    ) -> Result<Settled, PipelineError> {
         let amount = r.money.amount.get();
         let account = payment.account.as_ref().map_or("", AccountId::as_str);
         let body = Applied::refund(key, r, account, amount);
         let signed = Signed::of(amount, r.money.currency);
         let (settled, _) = self
-            .finish(&payment, key, signed, &r.payment_reference, resumed, &body)
+            .finish(payment, key, signed, &r.payment_reference, resumed, &body)
             .await?;
         Ok(settled)
+    }
+}
+
+/// The movement of `kind` whose claim its payment can hold (#44), if it is one. A
+/// cancel-or-refund is not: what it moves depends on whether payhook credited the payment, and
+/// it is rare.
+fn held_move(kind: &EventKind) -> Option<HeldMove<'_>> {
+    match kind {
+        EventKind::RefundSucceeded(r) => Some(HeldMove::Refund(r)),
+        EventKind::Dispute { facts, movement } => Some(HeldMove::Dispute(facts, *movement)),
+        EventKind::RefundReversed(r) => Some(HeldMove::Reversal(r)),
+        _ => None,
     }
 }
 
@@ -785,6 +825,18 @@ fn applied(body: &Applied<'_>, all_done_before: bool) -> Answer {
         Outcome::Applied
     };
     Answer::json(200, body, outcome)
+}
+
+/// 200, logged stale: a reversal of a refund that never applied, now voided so its late
+/// success never applies.
+fn voided(ev: &NormalisedEvent, r: &RefundFacts) -> Answer {
+    let body = Status {
+        status: "voided",
+        reference: Some(r.refund_reference.as_str()),
+        payment_status: None,
+        event_type: Some(&ev.event_type),
+    };
+    Answer::json(200, &body, Outcome::Stale)
 }
 
 fn parked(key: &IdempotencyKey) -> Answer {

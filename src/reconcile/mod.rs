@@ -42,7 +42,8 @@ use crate::payments::PaymentRecord;
 use crate::pipeline::{Answer, Delivered, Pipeline, Store};
 use crate::providers::Providers;
 use crate::replay::{
-    event_of, redrive, RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_REFUND_EVENT_TYPE,
+    event_of, redrive, RESUME_CREDIT_EVENT_TYPE, RESUME_EVENT_TYPE, RESUME_HELD_EVENT_TYPE,
+    RESUME_REFUND_EVENT_TYPE,
 };
 use crate::store::StoreError;
 
@@ -291,8 +292,9 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
     ) -> Result<(), StoreError> {
         let store = self.pipeline.store();
         let now_ms = store.now_ms();
-        // Claims the claims table holds, resumed through it; then credits and refunds whose
-        // claim is held on their payment (#32, #44), resumed through the payment.
+        // Claims the claims table holds, resumed through it; then credits, refunds, reversals
+        // and dispute movements whose claim is held on their payment (#32, #44), resumed
+        // through the payment.
         let claims = store.stuck_claims(now_ms, self.settings.max_items).await?;
         let credits = store.stuck_credits(now_ms, self.settings.max_items).await?;
         let stuck = claims
@@ -332,6 +334,10 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
                 (EventKind::RefundSucceeded(_), RESUME_CREDIT_EVENT_TYPE) => {
                     RESUME_REFUND_EVENT_TYPE
                 }
+                (
+                    EventKind::Dispute { .. } | EventKind::RefundReversed(_),
+                    RESUME_CREDIT_EVENT_TYPE,
+                ) => RESUME_HELD_EVENT_TYPE,
                 _ => event_type,
             };
             let event = NormalisedEvent {

@@ -301,9 +301,9 @@ async fn doctor_and_the_first_claim_refuse_eventually_consistent_replicas() {
         fingerprint: &fp,
     };
     let hosted = gated
-        .refund_hosted(
+        .hold(
             payhook::domain::ProviderId::GENERIC,
-            &refund,
+            payhook::payments::HeldMove::Refund(&refund),
             &refund_key,
             claim,
         )

@@ -337,18 +337,20 @@ async fn a_withdrawal_replayed_after_its_claim_expired_debits_nothing_more() {
         200
     );
 
-    // WHEN its claim is gone (TTL) and the provider sends it again
+    // WHEN its claim is gone, as a withdrawal applied by the release before #44 whose
+    // claims-table claim expired (TTL): its claim held on the payment is removed, and the
+    // provider sends it again
     store
         .client()
-        .delete_item()
-        .table_name(store.tables().idempotency.clone())
-        .key(
-            "pk",
-            AttributeValue::S("generic:dispute_withdrawal:dsp_x".into()),
-        )
+        .update_item()
+        .table_name(store.tables().payments.clone())
+        .key("pk", AttributeValue::S("generic#pay_x".into()))
+        .update_expression("REMOVE #rc")
+        .condition_expression("attribute_exists(#rc)")
+        .expression_attribute_names("#rc", "rc#generic:dispute_withdrawal:dsp_x")
         .send()
         .await
-        .unwrap();
+        .expect("the withdrawal's claim was held on its payment");
     let again = deliver(&app, ProviderId::GENERIC, &dispute).await;
 
     // THEN every step is found done: nothing more is debited, and the log says so

@@ -20,6 +20,7 @@ mod drift;
 mod drift_model;
 mod eventbridge;
 mod fuzz_providers;
+mod held;
 mod kill;
 mod layers;
 mod lifecycle;

@@ -271,3 +271,120 @@ async fn the_claim_crate_judges_payload_on_the_all_old_path_too() {
     assert_eq!(counter.get("GetItem"), 0, "{:?}", counter.snapshot());
     assert_eq!(charges.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A generic dispute or refund-failed body about `payment`.
+fn movement_body(event_id: &str, kind: &str, data: serde_json::Value) -> String {
+    common::event_body(event_id, kind, data)
+}
+
+#[tokio::test]
+async fn on_a_server_returning_all_old_a_dispute_movement_and_a_reversal_cost_four_writes_and_their_duplicates_two(
+) {
+    // GIVEN moto with the four tables, two credited payments (one refunded in full), and a
+    // counting client (#44)
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let store = counted(&counter, &moto, TableNames::with_prefix("motodr"));
+    store.create_tables().await.expect("create tables on moto");
+    let mut app = common::app(store.clone(), 30_000);
+    Arc::get_mut(&mut app).expect("sole owner").metrics = payhook::metrics::MetricsSink::Off;
+    for p in ["pay_dp", "pay_rv"] {
+        let paid = send(
+            &app,
+            signed(&payment_body(
+                &format!("evt_{p}"),
+                p,
+                "wallet_dr",
+                5_000,
+                "NGN",
+            )),
+        )
+        .await;
+        assert_eq!(paid.status, 200, "{}", paid.body);
+    }
+    let refunded = send(
+        &app,
+        signed(&refund_body("evt_r", "rf_rv", "pay_rv", 5_000)),
+    )
+    .await;
+    assert_eq!(refunded.status, 200, "{}", refunded.body);
+    let dispute = |id: &str, kind: &str| {
+        let data = serde_json::json!({"dispute": "dsp_m", "reference": "pay_dp",
+            "amount": 2_000, "currency": "NGN"});
+        movement_body(id, kind, data)
+    };
+    let reversal = |id: &str| {
+        let data = serde_json::json!({"reference": "rf_rv", "payment_reference": "pay_rv",
+            "amount": 5_000, "currency": "NGN"});
+        movement_body(id, "refund.failed", data)
+    };
+    let movements = [
+        (
+            "withdrawal",
+            dispute("evt_w", "dispute.funds_withdrawn"),
+            dispute("evt_w2", "dispute.funds_withdrawn"),
+        ),
+        (
+            "reinstatement",
+            dispute("evt_i", "dispute.funds_reinstated"),
+            dispute("evt_i2", "dispute.funds_reinstated"),
+        ),
+        ("reversal", reversal("evt_v"), reversal("evt_v2")),
+    ];
+    for (name, body, other_id) in movements {
+        // WHEN the movement arrives
+        counter.reset();
+        let first = send(&app, signed(&body)).await;
+
+        // THEN its write with its claim, the ledger entry, the claim DONE and the log: 4
+        // writes, no read (5 writes when the claims table held its claim)
+        assert_eq!(
+            (first.status, first.replayed),
+            (200, false),
+            "{name}: {}",
+            first.body
+        );
+        assert_eq!(first.json()["status"], "applied", "{name}");
+        // (a withdrawal also reads the balance, to say so when it took it below zero)
+        let counts = counter.snapshot();
+        eprintln!("new {name} on moto: {counts:?}");
+        assert_eq!(
+            (counter.get("UpdateItem"), counter.get("PutItem")),
+            (2, 2),
+            "{name}: {counts:?}"
+        );
+        let reads = counter.reads();
+        let balance_reads = if name == "withdrawal" {
+            counter.reset();
+            let wallet = payhook::domain::AccountId::parse("wallet_dr").expect("an account");
+            payhook::ledger::Ledger::balance(&store, &wallet)
+                .await
+                .expect("the balance");
+            counter.reads()
+        } else {
+            0
+        };
+        assert_eq!(reads, balance_reads, "{name}: {counts:?}");
+        assert_eq!(
+            counts.values().sum::<u64>(),
+            4 + reads,
+            "{name}: {counts:?}"
+        );
+
+        // AND its duplicates (the same event id, another) replay from the failed write's
+        // ALL_OLD image: that UpdateItem and the log
+        for again in [body.clone(), other_id] {
+            counter.reset();
+            let dup = send(&app, signed(&again)).await;
+            assert!(dup.replayed, "{name}: {dup:?}");
+            assert_eq!(dup.body, first.body, "{name}");
+            let counts = counter.snapshot();
+            assert_eq!(
+                (counter.get("UpdateItem"), counter.get("PutItem")),
+                (1, 1),
+                "{name}: {counts:?}"
+            );
+            assert_eq!(counts.values().sum::<u64>(), 2, "{name}: {counts:?}");
+        }
+    }
+}

@@ -6,81 +6,34 @@
 
 use crate::common;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use common::faults::{invoke, Fault, FaultInjector, Invocation, ALL_FAULTS};
+use common::held::{self, balance, ngn, payment_item, until_settled};
 use common::*;
 use payhook::domain::{
-    AccountId, ClaimedFacts, Currency, EventKind, IdempotencyKey, Money, ProviderId, Reference,
-    RefundFacts,
+    ClaimedFacts, EventKind, IdempotencyKey, Money, ProviderId, Reference, RefundFacts,
 };
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{Claims, FinalizeOutcome, OwnerToken, StoredResponse};
-use payhook::ledger::Ledger;
-use payhook::payments::{HostedRefund, NewHostClaim, Payments};
+use payhook::payments::{HeldMove, Hosted, NewHostClaim, Payments};
 use payhook::pipeline::Pipeline;
 
 const LEASE_MS: i64 = 150;
-
-fn ngn() -> Currency {
-    Currency::parse("NGN").unwrap()
-}
-
-async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
-    let b = store
-        .balance(&AccountId::parse(acct).unwrap())
-        .await
-        .unwrap();
-    (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries)
-}
 
 fn refund_key(refund: &str) -> IdempotencyKey {
     IdempotencyKey::from_stored(format!("generic:refund:{refund}"))
 }
 
-/// The payment item as stored.
-async fn payment_item(store: &DynamoStore, payment: &str) -> HashMap<String, AttributeValue> {
-    let table = store.tables().payments.clone();
-    scan(store, &table)
-        .await
-        .into_iter()
-        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&format!("generic#{payment}")))
-        .expect("the payment item")
-}
-
-/// The state of `refund`'s claim on its payment (`st` of `rc#{key}`), if it has one there.
+/// The state of `refund`'s claim on its payment, if it has one there.
 async fn held_state(store: &DynamoStore, payment: &str, refund: &str) -> Option<String> {
-    let item = payment_item(store, payment).await;
-    item.get(&format!("rc#{}", refund_key(refund)))
-        .and_then(|v| v.as_m().ok())
-        .and_then(|m| m.get("st"))
-        .and_then(|v| v.as_s().ok())
-        .cloned()
+    held::held_state(store, payment, refund_key(refund).as_str()).await
 }
 
 /// Claims-table items under `refund`'s key.
 async fn claims_table_holds(store: &DynamoStore, refund: &str) -> bool {
-    let table = store.tables().idempotency.clone();
-    let key = refund_key(refund).to_string();
-    scan(store, &table)
-        .await
-        .iter()
-        .any(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&key))
-}
-
-/// Delivers like a provider: retries 409 and 5xx with a short backoff until a final answer.
-async fn until_settled(app: &std::sync::Arc<payhook::http::App<DynamoStore>>, body: &str) -> Resp {
-    for _ in 0..100 {
-        let r = send(app, signed(body)).await;
-        if r.status != 409 && r.status < 500 {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-    panic!("never settled");
+    held::claims_table_holds(store, refund_key(refund).as_str()).await
 }
 
 #[tokio::test]
@@ -245,10 +198,10 @@ async fn a_refund_zombie_cannot_overwrite_or_take_back_its_successors_claim() {
         fingerprint: &fp,
     };
     let won = store
-        .refund_hosted(ProviderId::GENERIC, &facts, &key, claim)
+        .hold(ProviderId::GENERIC, HeldMove::Refund(&facts), &key, claim)
         .await
         .unwrap();
-    assert!(matches!(won, HostedRefund::Taken(_)), "A must win: {won:?}");
+    assert!(matches!(won, Hosted::Taken(_)), "A must win: {won:?}");
     tokio::time::sleep(Duration::from_millis(80)).await;
 
     // WHEN B (the provider's redelivery) takes the expired claim over and finishes
@@ -263,11 +216,11 @@ async fn a_refund_zombie_cannot_overwrite_or_take_back_its_successors_claim() {
     };
     let reference = &facts.payment_reference;
     let outcome = store
-        .finalize_refund(ProviderId::GENERIC, reference, &key, &a, &zombie)
+        .finalize_held(ProviderId::GENERIC, reference, &key, &a, &zombie)
         .await
         .unwrap();
     let took = store
-        .take_over_refund(ProviderId::GENERIC, reference, &key, &a, &a, 50)
+        .take_over_held(ProviderId::GENERIC, reference, &key, &a, &a, 50)
         .await
         .unwrap();
 

@@ -81,7 +81,7 @@ fn stored(ev: &NormalisedEvent) -> Stored {
             ledger_shard: Some(0),
             credit_at_ms: Some(0),
             claim: None,
-            refund_claims: Default::default(),
+            held_claims: Default::default(),
             posting: false,
             history: Vec::new(),
             created_at_ms: 0,

@@ -4,6 +4,7 @@
 
 pub mod console_seed;
 pub mod faults;
+pub mod held;
 pub mod transfer_api;
 pub mod webdriver;
 

@@ -1,0 +1,244 @@
+//! A refund's, a dispute movement's or a reversal's claim held on its payment item (#44): the
+//! write that applies the movement takes it, so it costs no claims-table writes.
+//!
+//! Item: one map attribute per movement claimed here, named `rc#{its key}` (the prefix from
+//! when refunds alone held claims here; items written then read the same): `st` (APPLYING |
+//! DONE), `ow` (owner token, kept once DONE), `ls` (lease end, the store's time), `fp` (the
+//! facts' fingerprint), and once DONE `as` + `ab` (the stored answer). While a claim is
+//! APPLYING the payment is listed under `open = POSTING#{shard}`, and it holds no other claim
+//! APPLYING: a movement's write takes its claim only on a payment without `open`, so the
+//! credit's claim and the others' never share the index entry, and the write that finishes one
+//! removes it.
+//!
+//! | write | condition | sets |
+//! |---|---|---|
+//! | movement + claim (`UpdateItem`) | the movement's own, `attribute_not_exists(open)`, `attribute_not_exists(rc#key)` | the movement, `rc#key` APPLYING, `open` |
+//! | takeover | `rc#key.ow = previous AND rc#key.st = APPLYING AND rc#key.ls <= now` | owner, lease |
+//! | finalize | `rc#key.ow = me AND rc#key.st = APPLYING` | DONE + answer, `REMOVE open` |
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+
+use super::item::{n, s};
+use super::payment_item::{held_claim_attribute, Taking, APPLYING, DONE, HELD_CLAIM, POSTING};
+use super::payments::View;
+use super::DynamoStore;
+use crate::domain::{IdempotencyKey, Operation, PaymentStatus, ProviderId, Reference, RefundFacts};
+use crate::idempotency::{ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
+use crate::payments::{
+    judge_dispute, judge_refund, judge_reversal, DisputeJudgement, DisputeWrite, HeldMove,
+    HostClaim, Hosted, NewHostClaim, PaymentRecord, RefundJudgement, RefundWrite,
+    ReversalJudgement, ReversalWrite,
+};
+use crate::store::StoreError;
+
+/// `key`'s claim on `payment`, if it has one.
+fn claim_in(payment: Option<&PaymentRecord>, key: &IdempotencyKey) -> Option<HostClaim> {
+    payment.and_then(|p| p.held_claims.get(key.as_str()).cloned())
+}
+
+/// What a held movement's next write aims at: its own write's aim, judged after each failure
+/// as the movement's own path judges it.
+#[derive(Debug, Clone, Copy)]
+enum Aim {
+    Refund(RefundWrite),
+    Dispute(DisputeWrite),
+    Reversal(ReversalWrite),
+}
+
+impl Aim {
+    fn first(movement: HeldMove<'_>, key: &IdempotencyKey) -> Self {
+        match movement {
+            HeldMove::Refund(_) => Aim::Refund(RefundWrite::first(key)),
+            HeldMove::Dispute(..) => Aim::Dispute(DisputeWrite::first(key)),
+            // Most reversals follow an applied refund that took the whole remainder.
+            HeldMove::Reversal(_) => Aim::Reversal(ReversalWrite::Restore(PaymentStatus::Paid)),
+        }
+    }
+
+    /// The aim after a failed write met `old`, or `None` when the movement does not apply now
+    /// (the claims table's path decides it).
+    fn next(
+        movement: HeldMove<'_>,
+        provider: ProviderId,
+        old: Option<PaymentRecord>,
+        key: &IdempotencyKey,
+    ) -> Option<Self> {
+        match movement {
+            HeldMove::Refund(r) => match judge_refund(old, r, key) {
+                RefundJudgement::Aim(next) => Some(Aim::Refund(next)),
+                RefundJudgement::Decided(_) => None,
+            },
+            HeldMove::Dispute(d, _) => match judge_dispute(old, d, key) {
+                DisputeJudgement::Aim(next) => Some(Aim::Dispute(next)),
+                DisputeJudgement::Decided(_) => None,
+            },
+            HeldMove::Reversal(r) => match judge_reversal(old, r, &refund_key(provider, r)) {
+                ReversalJudgement::Write(next) => Some(Aim::Reversal(next)),
+                ReversalJudgement::Decided(_) => None,
+            },
+        }
+    }
+}
+
+/// The refund a reversal gives back (as `pipeline::reverse` names it).
+fn refund_key(provider: ProviderId, r: &RefundFacts) -> IdempotencyKey {
+    IdempotencyKey::new(provider, Operation::Refund, &r.refund_reference)
+}
+
+impl DynamoStore {
+    pub(super) async fn apply_hosted(
+        &self,
+        provider: ProviderId,
+        movement: HeldMove<'_>,
+        key: &IdempotencyKey,
+        claim: NewHostClaim<'_>,
+    ) -> Result<Hosted, StoreError> {
+        // The first write of a money movement: never on tables that cannot referee it (as a
+        // claims-table claim and a credit's, `dynamodb::regions`).
+        self.replication_allows().await?;
+        let layout = crate::ledger::Ledger::placement_layout(self).await?;
+        let posting = format!("{POSTING}#{}", layout.index_shard(key.as_str()));
+        let taking = Taking::new(key, claim, posting);
+        let mut aim = Aim::first(movement, key);
+        for _ in 0..super::payment_item::WRITE_ROUNDS {
+            let old = match self
+                .held_write(provider, movement, key, aim, &taking)
+                .await?
+            {
+                Ok(record) => return Ok(Hosted::Taken(record)),
+                Err(old) => old,
+            };
+            if let Some(claim) = claim_in(old.as_ref(), key) {
+                let Some(payment) = old else {
+                    return Ok(Hosted::Elsewhere);
+                };
+                return Ok(Hosted::Claimed(payment, claim));
+            }
+            // Another claim holds the payment: this movement goes through the claims table.
+            if old.as_ref().is_some_and(|p| p.posting) {
+                return Ok(Hosted::Elsewhere);
+            }
+            match Aim::next(movement, provider, old, key) {
+                Some(next) => aim = next,
+                None => return Ok(Hosted::Elsewhere),
+            }
+        }
+        Ok(Hosted::Elsewhere)
+    }
+
+    /// The movement's own write as `aim` says, taking its claim too.
+    async fn held_write(
+        &self,
+        provider: ProviderId,
+        movement: HeldMove<'_>,
+        key: &IdempotencyKey,
+        aim: Aim,
+        taking: &Taking<'_>,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let taking = Some(taking);
+        match (movement, aim) {
+            (HeldMove::Refund(r), Aim::Refund(aim)) => {
+                self.refund_to(provider, r, key, aim, taking).await
+            }
+            (HeldMove::Dispute(d, m), Aim::Dispute(aim)) => {
+                self.dispute_write(provider, d, m, key, aim, taking).await
+            }
+            (HeldMove::Reversal(r), Aim::Reversal(write)) => {
+                let refund = refund_key(provider, r);
+                self.reversal_write(provider, r, &refund, write, taking)
+                    .await
+            }
+            // `Aim::first` and `Aim::next` aim each movement at its own write only.
+            _ => Err(StoreError::Corrupt {
+                table: self.tables.payments.clone(),
+                key: key.to_string(),
+                reason: "a held movement aimed at another movement's write".into(),
+            }),
+        }
+    }
+
+    /// An update of `key`'s claim on its payment (`#rc` named).
+    fn held_claim_update(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+    ) -> UpdateItemFluentBuilder {
+        self.claim_update(provider, payment)
+            .expression_attribute_names("#rc", held_claim_attribute(key))
+    }
+
+    pub(super) async fn take_over_hosted(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let update = self
+            .held_claim_update(provider, payment, key)
+            .update_expression("SET #rc.ow = :tok, #rc.ls = :lease")
+            .condition_expression("#rc.ow = :prev AND #rc.st = :applying AND #rc.ls <= :now")
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":prev", s(previous.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
+            .expression_attribute_values(":now", n(now));
+        Ok(
+            match self
+                .claim_write(update, provider, payment, View::Whole)
+                .await?
+            {
+                Ok(()) => true,
+                // Ours already: the SDK resent a takeover whose reply was lost.
+                Err(old) => claim_in(old.as_ref(), key).is_some_and(
+                    |c| matches!(&c.state, ClaimState::InProgress { owner, .. } if owner == token),
+                ),
+            },
+        )
+    }
+
+    pub(super) async fn finalize_hosted(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let update = self
+            .held_claim_update(provider, payment, key)
+            .update_expression("SET #rc.st = :done, #rc.#as = :as, #rc.ab = :ab REMOVE #open")
+            .condition_expression("#rc.ow = :tok AND #rc.st = :applying")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_names("#as", HELD_CLAIM.answer_status)
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":done", s(DONE))
+            .expression_attribute_values(":as", n(i64::from(answer.status)))
+            .expression_attribute_values(":ab", s(answer.body.as_str()));
+        let old = match self
+            .claim_write(update, provider, payment, View::Whole)
+            .await?
+        {
+            Ok(()) => return Ok(FinalizeOutcome::Done),
+            Err(old) => old,
+        };
+        Ok(match claim_in(old.as_ref(), key) {
+            // DONE under our own token: the SDK resent our finalize after losing its reply.
+            Some(HostClaim {
+                state: ClaimState::Done(_),
+                owner,
+                ..
+            }) if &owner == token => FinalizeOutcome::Done,
+            Some(HostClaim {
+                state: ClaimState::Done(stored),
+                ..
+            }) => FinalizeOutcome::Superseded(Some(stored)),
+            _ => FinalizeOutcome::Superseded(None),
+        })
+    }
+}

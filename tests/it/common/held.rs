@@ -1,0 +1,69 @@
+//! What the tests of claims held on a payment item (#44) read: the payment as stored, a held
+//! claim's state, whether the claims table holds a key, an NGN balance, and a provider that
+//! retries until it hears a final answer.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use payhook::domain::{AccountId, Currency};
+use payhook::dynamodb::DynamoStore;
+use payhook::ledger::Ledger;
+
+use super::{scan, send, signed, Resp};
+
+pub fn ngn() -> Currency {
+    Currency::parse("NGN").unwrap()
+}
+
+/// `acct`'s NGN balance and its number of entries.
+pub async fn balance(store: &DynamoStore, acct: &str) -> (i64, u64) {
+    let b = store
+        .balance(&AccountId::parse(acct).unwrap())
+        .await
+        .unwrap();
+    (b.balances.get(&ngn()).copied().unwrap_or(0), b.entries)
+}
+
+/// The generic payment item `payment` as stored.
+pub async fn payment_item(store: &DynamoStore, payment: &str) -> HashMap<String, AttributeValue> {
+    let table = store.tables().payments.clone();
+    scan(store, &table)
+        .await
+        .into_iter()
+        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&format!("generic#{payment}")))
+        .expect("the payment item")
+}
+
+/// The state of the claim held on `payment` under `key` (`st` of `rc#{key}`), if there is one.
+pub async fn held_state(store: &DynamoStore, payment: &str, key: &str) -> Option<String> {
+    let item = payment_item(store, payment).await;
+    item.get(&format!("rc#{key}"))
+        .and_then(|v| v.as_m().ok())
+        .and_then(|m| m.get("st"))
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+}
+
+/// Whether the claims table holds an item under `key`.
+pub async fn claims_table_holds(store: &DynamoStore, key: &str) -> bool {
+    let table = store.tables().idempotency.clone();
+    scan(store, &table)
+        .await
+        .iter()
+        .any(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&key.to_owned()))
+}
+
+/// Delivers like a provider: retries 409 and 5xx with a short backoff until a final answer.
+pub async fn until_settled(app: &Arc<payhook::http::App<DynamoStore>>, body: &str) -> Resp {
+    for _ in 0..100 {
+        let r = send(app, signed(body)).await;
+        if r.status != 409 && r.status < 500 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    panic!("never settled");
+}

@@ -1,0 +1,367 @@
+//! A dispute movement's and a reversal's claim held on their payment (#44), as a refund's is
+//! (`refunds.rs`, whose zombie test covers the takeover and finalize these share): what a new
+//! movement and its duplicate cost, a fault at any of the four writes, reconciliation finishing
+//! one left APPLYING, and the console's needs-attention reading the payment.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::faults::{invoke, Fault, FaultInjector, Invocation, ALL_FAULTS};
+use common::held::{self, balance, claims_table_holds, held_state, payment_item, until_settled};
+use common::*;
+use payhook::domain::{IdempotencyKey, Reference};
+use payhook::dynamodb::observe::RequestCounter;
+use payhook::dynamodb::DynamoStore;
+use payhook::idempotency::Claims;
+use payhook::pipeline::Pipeline;
+
+const LEASE_MS: i64 = 150;
+
+/// A generic dispute movement (`dispute.funds_withdrawn` / `dispute.funds_reinstated`).
+fn dispute_body(kind: &str, event_id: &str, dispute: &str, payment: &str, amount: i64) -> String {
+    let data = serde_json::json!({"dispute": dispute, "reference": payment, "amount": amount,
+        "currency": "NGN"});
+    event_body(event_id, kind, data)
+}
+
+fn withdrawal(event_id: &str, dispute: &str, payment: &str, amount: i64) -> String {
+    dispute_body(
+        "dispute.funds_withdrawn",
+        event_id,
+        dispute,
+        payment,
+        amount,
+    )
+}
+
+fn reinstatement(event_id: &str, dispute: &str, payment: &str, amount: i64) -> String {
+    dispute_body(
+        "dispute.funds_reinstated",
+        event_id,
+        dispute,
+        payment,
+        amount,
+    )
+}
+
+/// A generic `refund.failed`: the provider says `refund` failed (after or before it applied).
+fn reversal(event_id: &str, refund: &str, payment: &str, amount: i64) -> String {
+    let data = serde_json::json!({"reference": refund, "payment_reference": payment,
+        "amount": amount, "currency": "NGN"});
+    event_body(event_id, "refund.failed", data)
+}
+
+fn withdrawal_key(dispute: &str) -> String {
+    format!("generic:dispute_withdrawal:{dispute}")
+}
+
+fn reinstatement_key(dispute: &str) -> String {
+    format!("generic:dispute_reinstatement:{dispute}")
+}
+
+fn reversal_key(refund: &str) -> String {
+    format!("generic:refund_reversal:{refund}")
+}
+
+async fn pay(app: &std::sync::Arc<payhook::http::App<DynamoStore>>, p: &str, acct: &str, n: i64) {
+    let r = send(
+        app,
+        signed(&payment_body(&format!("e_{p}"), p, acct, n, "NGN")),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_dispute_movement_and_a_reversal_cost_four_writes_and_their_duplicates_two_and_a_read() {
+    // GIVEN three credited payments, one refunded in full (the process's layout read is
+    // behind us)
+    let base = store("hdcost").await;
+    let counter = RequestCounter::new();
+    let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
+    let app = app(counted.clone(), 30_000);
+    for p in ["pay_dp", "pay_rv", "pay_vd"] {
+        pay(&app, p, "w_hd", 10_000).await;
+    }
+    let r = send(&app, signed(&refund_body("e_r", "rf_rv", "pay_rv", 10_000))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let calls = |c: &RequestCounter| (c.get("UpdateItem"), c.get("GetItem"), c.get("PutItem"));
+    let cases = [
+        // (what, body, another delivery of it, its key, its payment, calls new, calls dup)
+        (
+            "withdrawal",
+            withdrawal("e_w", "dsp_1", "pay_dp", 4_000),
+            withdrawal("e_w2", "dsp_1", "pay_dp", 4_000),
+            withdrawal_key("dsp_1"),
+            "pay_dp",
+            (2, 0, 2),
+        ),
+        (
+            "reinstatement",
+            reinstatement("e_i", "dsp_1", "pay_dp", 4_000),
+            reinstatement("e_i2", "dsp_1", "pay_dp", 4_000),
+            reinstatement_key("dsp_1"),
+            "pay_dp",
+            (2, 0, 2),
+        ),
+        (
+            "reversal",
+            reversal("e_v", "rf_rv", "pay_rv", 10_000),
+            reversal("e_v2", "rf_rv", "pay_rv", 10_000),
+            reversal_key("rf_rv"),
+            "pay_rv",
+            (2, 0, 2),
+        ),
+        // A refund never applied is voided: the first write aims at giving it back, fails,
+        // and is re-aimed from dynalite's read; nothing is posted.
+        (
+            "void",
+            reversal("e_x", "rf_never", "pay_vd", 500),
+            reversal("e_x2", "rf_never", "pay_vd", 500),
+            reversal_key("rf_never"),
+            "pay_vd",
+            (3, 1, 1),
+        ),
+    ];
+    for (what, body, other, key, payment, new_calls) in cases {
+        // WHEN the movement arrives
+        counter.reset();
+        let first = send(&app, signed(&body)).await;
+
+        // THEN it took its write with its claim, the ledger entry, the claim DONE and the log,
+        // and the claims table was not written (it was 5 writes when it held the claim); a
+        // withdrawal also reads the balance, to say so when it took it below zero
+        assert_eq!(
+            (first.status, first.replayed),
+            (200, false),
+            "{what}: {first:?}"
+        );
+        let mut seen = counter.snapshot();
+        if what == "withdrawal" {
+            counter.reset();
+            held::balance(&counted, "w_hd").await;
+            for (op, n) in counter.snapshot() {
+                let left = seen.get(&op).copied().unwrap_or(0).checked_sub(n);
+                seen.insert(op, left.expect("no fewer calls than the balance read"));
+            }
+        }
+        let get = |op: &str| seen.get(op).copied().unwrap_or(0);
+        let seen_calls = (get("UpdateItem"), get("GetItem"), get("PutItem"));
+        assert_eq!(seen_calls, new_calls, "{what}: {seen:?}");
+        assert_eq!(get("Query"), 0, "{what}: {seen:?}");
+        assert_eq!(
+            held_state(&base, payment, &key).await.as_deref(),
+            Some("DONE"),
+            "{what}"
+        );
+        assert!(!claims_table_holds(&base, &key).await, "{what}");
+        assert!(
+            !payment_item(&base, payment).await.contains_key("open"),
+            "{what}"
+        );
+
+        // AND each duplicate replays the stored bytes: the failed write, dynalite's read for
+        // want of ALL_OLD, and its log entry
+        for again in [body.clone(), other] {
+            counter.reset();
+            let dup = send(&app, signed(&again)).await;
+            assert!(dup.replayed, "{what}: {dup:?}");
+            assert_eq!(dup.body, first.body, "{what}");
+            assert_eq!(
+                calls(&counter),
+                (1, 1, 1),
+                "{what}: {:?}",
+                counter.snapshot()
+            );
+        }
+    }
+
+    // AND the money moved once each: three credits, the refund, the withdrawal and its
+    // reinstatement, the reversal; the void moved nothing
+    let credits = 3 * 10_000;
+    assert_eq!(
+        balance(&base, "w_hd").await,
+        (credits - 10_000 - 4_000 + 4_000 + 10_000, 7)
+    );
+    // AND a refund voided before it arrived never applies
+    let late = send(
+        &app,
+        signed(&refund_body("e_late", "rf_never", "pay_vd", 500)),
+    )
+    .await;
+    assert_eq!(late.status, 200, "{late:?}");
+    assert_eq!(balance(&base, "w_hd").await.0, credits);
+}
+
+#[tokio::test]
+async fn a_fault_at_any_of_a_withdrawals_or_a_reversals_writes_is_finished_by_the_retry_once() {
+    let base = store("hdfault").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let app = app(store.clone(), LEASE_MS);
+    for step in 0..4 {
+        for fault in ALL_FAULTS {
+            // GIVEN a credited payment with a refund applied, and a withdrawal and the refund's
+            // reversal each meeting `fault` at call `step` (its write with its claim, the
+            // ledger entry, the claim DONE, the log)
+            let r = format!("p{step}_{fault:?}");
+            let acct = format!("w_{r}");
+            pay(&app, &r, &acct, 900).await;
+            let refund = format!("rf_{r}");
+            let refunded = send(
+                &app,
+                signed(&refund_body(&format!("e_{refund}"), &refund, &r, 300)),
+            )
+            .await;
+            assert_eq!(refunded.status, 200, "{refunded:?}");
+            let dispute = format!("dsp_{r}");
+            let movements = [
+                (
+                    withdrawal(&format!("e_{dispute}"), &dispute, &r, 200),
+                    withdrawal_key(&dispute),
+                ),
+                (
+                    reversal(&format!("e_v_{refund}"), &refund, &r, 300),
+                    reversal_key(&refund),
+                ),
+            ];
+            for (body, key) in movements {
+                let inv = Invocation::new(Some((step, fault)));
+                let first = invoke(inv.clone(), send(&app, signed(&body))).await;
+                assert!(inv.fired(), "{r} {key}: the fault never fired");
+                assert!(
+                    first.status == 503 || first.status == 200,
+                    "{r} {key}: {} {}",
+                    first.status,
+                    first.body
+                );
+
+                // WHEN the provider retries until it hears a final answer
+                let last = until_settled(&app, &body).await;
+
+                // THEN it applied, its claim on the payment is DONE, the payment is off the
+                // POSTING index, the claims table was never written, and a duplicate replays
+                assert_eq!(last.status, 200, "{r} {key}: {}", last.body);
+                assert_eq!(last.json()["status"], "applied", "{r} {key}");
+                assert_eq!(
+                    held_state(&store, &r, &key).await.as_deref(),
+                    Some("DONE"),
+                    "{r} {key}"
+                );
+                assert!(
+                    !payment_item(&store, &r).await.contains_key("open"),
+                    "{r} {key}"
+                );
+                assert!(!claims_table_holds(&store, &key).await, "{r} {key}");
+                let again = send(&app, signed(&body)).await;
+                assert_eq!(
+                    (again.replayed, again.body.as_str()),
+                    (true, last.body.as_str()),
+                    "{r} {key}"
+                );
+            }
+            // AND the money moved once each: 900 - 300 - 200 + 300
+            assert_eq!(balance(&store, &acct).await, (700, 4), "{r}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn reconciliation_finishes_a_withdrawal_left_applying_on_its_payment() {
+    // GIVEN a credited payment whose withdrawal's invocation died right after its first write
+    // (the withdrawal recorded, its claim APPLYING on the payment, no ledger entry)
+    let base = store("hdresume").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let app = app(store.clone(), LEASE_MS);
+    pay(&app, "pay_r", "w_r", 500).await;
+    let body = withdrawal("e_w", "dsp_r", "pay_r", 500);
+    let died = invoke(
+        Invocation::new(Some((0, Fault::CrashAfter))),
+        send(&app, signed(&body)),
+    )
+    .await;
+    assert_eq!(died.status, 503);
+    let key = withdrawal_key("dsp_r");
+    assert_eq!(
+        held_state(&store, "pay_r", &key).await.as_deref(),
+        Some("APPLYING")
+    );
+    assert_eq!(balance(&store, "w_r").await, (500, 1));
+    tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 50)).await;
+
+    // WHEN the provider gave up and one reconciliation pass runs
+    let (providers, _) = config(LEASE_MS).providers();
+    let pipeline = Pipeline::new(store.clone());
+    let api = payhook::reconcile::HttpProviderApi::new(Vec::new()).unwrap();
+    let settings = payhook::reconcile::ReconcileSettings {
+        pending_after_ms: 0,
+        lease_ms: 5_000,
+        ..payhook::reconcile::ReconcileSettings::default()
+    };
+    let report = payhook::reconcile::Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings,
+    }
+    .run()
+    .await
+    .unwrap();
+
+    // THEN the withdrawal is debited once, its claim DONE, the payment off the POSTING index,
+    // and the resume is logged as a held movement's
+    assert_eq!(balance(&store, "w_r").await, (0, 2), "{report:?}");
+    assert_eq!(
+        held_state(&store, "pay_r", &key).await.as_deref(),
+        Some("DONE")
+    );
+    assert!(!payment_item(&store, "pay_r").await.contains_key("open"));
+    let resumed = report.completed.iter().filter(|f| f.kind == "stuck_claim");
+    assert_eq!(resumed.count(), 1, "{report:?}");
+    let events = scan(&store, &store.tables().events.clone()).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.get("event_type").and_then(|v| v.as_s().ok())
+                == Some(&payhook::pipeline::RESUME_HELD_EVENT_TYPE.to_owned())),
+        "the resume is logged as a held movement's"
+    );
+    // AND the provider's late redelivery replays the resumed answer
+    let late = send(&app, signed(&body)).await;
+    assert!(late.replayed, "{late:?}");
+    assert_eq!(balance(&store, "w_r").await, (0, 2));
+}
+
+#[tokio::test]
+async fn needs_attention_counts_a_dispute_movement_and_a_reversal_done_on_their_payment() {
+    // GIVEN a withdrawal and a reversal applied with their claims on their payment
+    let store = store("hddone").await;
+    let app = app(store.clone(), 30_000);
+    pay(&app, "pay_d", "w_d", 1_000).await;
+    let steps = [
+        refund_body("e_r", "rf_d", "pay_d", 100),
+        withdrawal("e_w", "dsp_d", "pay_d", 200),
+        reversal("e_v", "rf_d", "pay_d", 100),
+    ];
+    for body in steps {
+        let r = send(&app, signed(&body)).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let pay = Some(Reference::parse("pay_d").unwrap());
+    let key = |k: String| IdempotencyKey::from_stored(k);
+
+    // WHEN the console asks which of their keys are done, with the payment each delivery named
+    let asked = vec![
+        (key(withdrawal_key("dsp_d")), pay.clone()),
+        (key(reversal_key("rf_d")), pay.clone()),
+        (key(reinstatement_key("dsp_d")), pay.clone()),
+    ];
+    let done = store.done_among(&asked).await.unwrap();
+
+    // THEN both are done; the reinstatement that never came is not
+    assert!(done.contains(&asked[0].0), "{done:?}");
+    assert!(done.contains(&asked[1].0), "{done:?}");
+    assert!(!done.contains(&asked[2].0), "{done:?}");
+    assert_eq!(balance(&store, "w_d").await, (800, 4));
+}

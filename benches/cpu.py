@@ -87,18 +87,19 @@ def secret_key():
     return base64.b64decode(s.split("_", 1)[1])
 
 
-def delivery(run, n, key, bad=False, refund=None, full=False):
+def delivery(run, n, key, bad=False, refund=None, full=False, reverse=False):
     """A signed Standard Webhooks delivery of the n-th payment of `run`, or with `refund=j` its
     j-th refund of one minor unit (a partial refund: the payment stays refundable), or with
-    `full=True` as well a refund of the whole payment."""
-    eid = f"evt_{run}_{n}" + ("" if refund is None else f"_r{refund}")
+    `full=True` as well a refund of the whole payment; `reverse=True` makes it that refund's
+    `refund.failed` (its reversal)."""
+    eid = f"evt_{run}_{n}" + ("" if refund is None else f"_r{refund}") + ("_v" if reverse else "")
     ts = str(int(time.time()))
     payment = f"cpu_{run}_{n}"
     if refund is None:
         event = {"type": "payment.succeeded",
                  "data": {"reference": payment, "account": f"cpu_{n % 64}", "amount": 1000 + n, "currency": "NGN"}}
     else:
-        event = {"type": "refund.succeeded",
+        event = {"type": "refund.failed" if reverse else "refund.succeeded",
                  "data": {"reference": f"{payment}_r{refund}", "payment_reference": payment,
                           "amount": 1000 + n if full else 1, "currency": "NGN"}}
     body = json.dumps({"id": eid, "type": event["type"], "created": int(time.time()), "data": event["data"]},

@@ -4,8 +4,8 @@ noisy shared machine where CPU time is not, so each lever of docs/performance.md
 with it.
 
 The target process (from benches/cpu.py) runs under `valgrind --tool=callgrind`; after a
-warm-up, for each class (new, duplicate, bad_signature; new_refund and duplicate_refund for
-payhook) the counters are zeroed, N deliveries
+warm-up, for each class (new, duplicate, bad_signature; new_refund, duplicate_refund,
+new_reversal and duplicate_reversal for payhook) the counters are zeroed, N deliveries
 sent, and the counters dumped (`callgrind_control`). A running callgrind acts on a request when
 the program next runs code, so the zero takes effect as the class's first delivery arrives and
 the dump as one extra delivery of the same class arrives: each dump holds N deliveries. Prints
@@ -84,12 +84,18 @@ def measured(target, pid, prefix, cls, batch, n):
 
 def refunds(target, pid, prefix, run, key, n):
     """`new_refund` and `duplicate_refund`: a full refund of each of n + 1 payments credited just
-    before (#44: its claim on its payment, four calls), then each refund again."""
+    before (#44: its claim on its payment, four calls), then each refund again; `new_reversal`
+    and `duplicate_reversal`: each refund's `refund.failed`, its debit given back (its claim on
+    the payment too), then each again."""
     for i in range(n + 1):
         cpu.expect(target, "new", *target.send(*cpu.delivery(run, i, key)))
     batch = [cpu.delivery(run, i, key, refund=0, full=True) for i in range(n + 1)]
-    return {"new_refund": measured(target, pid, prefix, "new", batch, n),
-            "duplicate_refund": measured(target, pid, prefix, "duplicate", batch, n)}
+    got = {"new_refund": measured(target, pid, prefix, "new", batch, n),
+           "duplicate_refund": measured(target, pid, prefix, "duplicate", batch, n)}
+    batch = [cpu.delivery(run, i, key, refund=0, full=True, reverse=True) for i in range(n + 1)]
+    got["new_reversal"] = measured(target, pid, prefix, "new", batch, n)
+    got["duplicate_reversal"] = measured(target, pid, prefix, "duplicate", batch, n)
+    return got
 
 
 def main():
@@ -163,7 +169,7 @@ def main():
                         f" ({args.refunds} refunds on each payment)")
             if name.startswith("payhook"):  # the Python reference has no refunds
                 per.update(refunds(target, pid, prefix, run + name + "f", key, args.n))
-                for cls in ("new_refund", "duplicate_refund"):
+                for cls in ("new_refund", "duplicate_refund", "new_reversal", "duplicate_reversal"):
                     cpu.log(f"  {name:<15} {cls:<14} {per[cls]['instructions'] / 1e6:.3f} M instructions per delivery")
             result["targets"][name] = per
         finally:

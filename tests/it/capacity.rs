@@ -62,6 +62,16 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
     );
     assert!(new_refund.write_units <= 10.0, "{new_refund:?}");
     assert!(dup_refund.write_units <= 5.0, "{dup_refund:?}");
+    // AND so are a reversal's and a withdrawal's (a withdrawal reads the balance besides, to
+    // say so when it took it below zero), their duplicates at the refund's 5
+    for (new, dup) in [(&refunds[2], &refunds[3]), (&refunds[4], &refunds[5])] {
+        let writes = (requests(new, "PutItem"), requests(new, "UpdateItem"));
+        assert_eq!(writes, (2.0, 2.0), "{new:?}");
+        assert!(new.write_units <= 10.0, "{new:?}");
+        assert!(dup.write_units <= 5.0, "{dup:?}");
+        assert_eq!(requests(dup, "UpdateItem"), 1.0, "{dup:?}");
+    }
+    assert_eq!(requests(&refunds[2], "GetItem"), 0.0, "{:?}", refunds[2]);
     // AND every key many deliveries write is one of a family spread over shards, each shard
     // well under DynamoDB's 1,000 write units/s at 10,000 deliveries/s and at 1,000 credits/s
     for s in [&wide, &hot] {

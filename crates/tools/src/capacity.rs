@@ -3,7 +3,7 @@
 //! [`CapacityRecorder`] costing every request by DynamoDB's billing rules, and prints:
 //!
 //! - requests, write and read units per new delivery and per duplicate, for 1, 4 and 64 KB bodies,
-//!   and per new refund and its duplicate;
+//!   and per new refund, reversal and dispute withdrawal and their duplicates;
 //! - the ten hottest partition keys (tables and GSIs), scaled to a delivery rate, for two
 //!   scenarios: 10,000 deliveries/s over 10,000 accounts with 30% duplicates, and one account at
 //!   1,000 credits/s;
@@ -299,30 +299,69 @@ pub fn refund_body(event_id: &str, refund: &str, payment: &str) -> String {
     )
 }
 
-/// New refunds (each of a payment credited just before, in full) and duplicates of them.
+/// A generic `refund.failed` body: the reversal of `refund` (as [`refund_body`]).
+pub fn reversal_body(event_id: &str, refund: &str, payment: &str) -> String {
+    refund_body(event_id, refund, payment).replacen("refund.succeeded", "refund.failed", 1)
+}
+
+/// A generic `dispute.funds_withdrawn` body: the whole 125,000 NGN of `payment` withdrawn.
+pub fn withdrawal_body(event_id: &str, dispute: &str, payment: &str) -> String {
+    format!(
+        r#"{{"id":"{event_id}","type":"dispute.funds_withdrawn","created":1764670000,"data":{{"dispute":"{dispute}","reference":"{payment}","amount":125000,"currency":"NGN"}}}}"#
+    )
+}
+
+/// New refunds (each of a payment credited just before, in full) and duplicates of them; then
+/// each refund's reversal (`refund.failed`) and its duplicate; then a withdrawal of a payment
+/// of its own and its duplicate (#44: each claims on its payment).
 pub async fn refund_classes(model: &mut Model, count: usize) -> Result<Vec<PerDelivery>, CliError> {
-    let (mut new, mut dup) = (Vec::new(), Vec::new());
-    let mut bytes = 0;
+    let mut runs: [Vec<Vec<Costed>>; 6] = Default::default();
+    let mut bytes = [0; 3];
     for i in 0..count {
         let r = model.reference();
-        let paid = body(&format!("evt_{r}"), &r, &format!("acct_r{i}"), 0);
-        let (status, _) = model.deliver(&paid).await?;
-        if status != 200 {
-            return Err(CliError::Other(format!("a payment answered {status}")));
+        let rf = format!("rf_{r}");
+        let w = model.reference();
+        let movements = [
+            (
+                body(&format!("evt_{r}"), &r, &format!("acct_r{i}"), 0),
+                None,
+            ),
+            (refund_body(&format!("evt_rf_{r}"), &rf, &r), Some(0)),
+            (reversal_body(&format!("evt_rv_{r}"), &rf, &r), Some(1)),
+            (
+                body(&format!("evt_{w}"), &w, &format!("acct_w{i}"), 0),
+                None,
+            ),
+            (
+                withdrawal_body(&format!("evt_dw_{w}"), &format!("dsp_{w}"), &w),
+                Some(2),
+            ),
+        ];
+        for (b, class) in movements {
+            let (status, costed) = model.deliver(&b).await?;
+            if status != 200 {
+                return Err(CliError::Other(format!("{b} answered {status}")));
+            }
+            if let Some(c) = class {
+                bytes[c] = b.len();
+                runs[2 * c].push(costed);
+                runs[2 * c + 1].push(model.deliver(&b).await?.1);
+            }
         }
-        let b = refund_body(&format!("evt_rf_{r}"), &format!("rf_{r}"), &r);
-        bytes = b.len();
-        let (status, costed) = model.deliver(&b).await?;
-        if status != 200 {
-            return Err(CliError::Other(format!("a new refund answered {status}")));
-        }
-        new.push(costed);
-        dup.push(model.deliver(&b).await?.1);
     }
-    Ok(vec![
-        per_delivery("new refund", bytes, &new),
-        per_delivery("duplicate refund", bytes, &dup),
-    ])
+    let names = [
+        "new refund",
+        "duplicate refund",
+        "new reversal",
+        "duplicate reversal",
+        "new withdrawal",
+        "duplicate withdrawal",
+    ];
+    Ok(names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| per_delivery(name, bytes[i / 2], &runs[i]))
+        .collect())
 }
 
 /// Runs a scenario: `count` deliveries, accounts drawn from `accounts`, `dup_share` of them
@@ -524,7 +563,7 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
         eprintln!("capacity: {each} new + {each} duplicate deliveries of {bytes} bytes");
         per.extend(classes(&mut model, bytes, each).await?);
     }
-    eprintln!("capacity: {each} new + {each} duplicate refunds");
+    eprintln!("capacity: {each} new + {each} duplicate refunds, reversals and withdrawals");
     per.extend(refund_classes(&mut model, each).await?);
     eprintln!(
         "capacity: {} deliveries over 10,000 accounts, 30% duplicates",

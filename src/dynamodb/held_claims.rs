@@ -101,12 +101,16 @@ impl DynamoStore {
         let taking = Taking::new(key, claim, posting);
         let mut aim = Aim::first(movement, key);
         for _ in 0..super::payment_item::WRITE_ROUNDS {
-            let old = match self
-                .held_write(provider, movement, key, aim, &taking)
-                .await?
-            {
-                Ok(record) => return Ok(Hosted::Taken(record)),
-                Err(old) => old,
+            let old = match self.held_write(provider, movement, key, aim, &taking).await {
+                Ok(Ok(record)) => return Ok(Hosted::Taken(record)),
+                Ok(Err(old)) => old,
+                // The claim does not fit on the payment (400 KB): the claims table holds it,
+                // and the movement's own write, smaller by the claim, is tried there.
+                Err(StoreError::Rejected {
+                    why: dynamo_claim::Rejection::TooLarge,
+                    ..
+                }) => return Ok(Hosted::Elsewhere),
+                Err(e) => return Err(e),
             };
             if let Some(claim) = claim_in(old.as_ref(), key) {
                 let Some(payment) = old else {
@@ -209,28 +213,31 @@ impl DynamoStore {
         token: &OwnerToken,
         answer: &StoredResponse,
     ) -> Result<FinalizeOutcome, StoreError> {
-        let update = self
-            .held_claim_update(provider, payment, key)
-            .update_expression("SET #rc.st = :done, #rc.#as = :as, #rc.ab = :ab REMOVE #open")
-            .condition_expression("#rc.ow = :tok AND #rc.st = :applying")
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_names("#as", HELD_CLAIM.answer_status)
-            .expression_attribute_values(":tok", s(token.as_str()))
-            .expression_attribute_values(":applying", s(APPLYING))
-            .expression_attribute_values(":done", s(DONE))
-            .expression_attribute_values(":as", n(i64::from(answer.status)))
-            .expression_attribute_values(":ab", s(answer.body.as_str()));
-        let old = match self
-            .claim_write(update, provider, payment, View::Whole)
-            .await?
+        let written = match self
+            .finalize_write(provider, payment, key, token, answer, true)
+            .await
         {
+            // The answer does not fit in the payment's 400 KB (a payment with a long life): the
+            // movement happened, so its claim is finished without the answer's body, as the
+            // claim crate finishes one (a duplicate hears the status), never left to run again.
+            Err(StoreError::Rejected {
+                why: dynamo_claim::Rejection::TooLarge,
+                ..
+            }) => {
+                tracing::warn!(key = %key, payment = %payment, "the answer does not fit on its payment: finished without it");
+                self.finalize_write(provider, payment, key, token, answer, false)
+                    .await?
+            }
+            other => other?,
+        };
+        let old = match written {
             Ok(()) => return Ok(FinalizeOutcome::Done),
             Err(old) => old,
         };
         Ok(match claim_in(old.as_ref(), key) {
             // DONE under our own token: the SDK resent our finalize after losing its reply.
             Some(HostClaim {
-                state: ClaimState::Done(_),
+                state: ClaimState::Done(_) | ClaimState::DoneUnrecorded { .. },
                 owner,
                 ..
             }) if &owner == token => FinalizeOutcome::Done,
@@ -238,7 +245,43 @@ impl DynamoStore {
                 state: ClaimState::Done(stored),
                 ..
             }) => FinalizeOutcome::Superseded(Some(stored)),
+            Some(HostClaim {
+                state: ClaimState::DoneUnrecorded { status },
+                ..
+            }) => FinalizeOutcome::Superseded(Some(StoredResponse::unrecorded(status))),
             _ => FinalizeOutcome::Superseded(None),
         })
+    }
+
+    /// The finalize's write: the claim DONE with the answer's status, and its body when
+    /// `with_body` (without it the item only shrinks: `st` shorter, `open` removed, so it
+    /// always fits where the APPLYING claim did).
+    async fn finalize_write(
+        &self,
+        provider: ProviderId,
+        payment: &Reference,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+        with_body: bool,
+    ) -> Result<Result<(), Option<PaymentRecord>>, StoreError> {
+        let body = if with_body { ", #rc.ab = :ab" } else { "" };
+        let mut update = self
+            .held_claim_update(provider, payment, key)
+            .update_expression(format!(
+                "SET #rc.st = :done, #rc.#as = :as{body} REMOVE #open"
+            ))
+            .condition_expression("#rc.ow = :tok AND #rc.st = :applying")
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_names("#as", HELD_CLAIM.answer_status)
+            .expression_attribute_values(":tok", s(token.as_str()))
+            .expression_attribute_values(":applying", s(APPLYING))
+            .expression_attribute_values(":done", s(DONE))
+            .expression_attribute_values(":as", n(i64::from(answer.status)));
+        if with_body {
+            update = update.expression_attribute_values(":ab", s(answer.body.as_str()));
+        }
+        self.claim_write(update, provider, payment, View::Whole)
+            .await
     }
 }

@@ -88,11 +88,18 @@ pub(super) fn claim_of(r: &Reader<'_>, f: &ClaimFields) -> Result<Option<HostCla
             owner: owner.clone(),
             lease_expires_at_ms: r.num(f.lease)?,
         },
-        DONE => ClaimState::Done(StoredResponse {
-            status: u16::try_from(r.num(f.answer_status)?)
-                .map_err(|_| r.corrupt(format!("{} out of range", f.answer_status)))?,
-            body: r.str(f.answer_body)?.to_owned(),
-        }),
+        DONE => {
+            let status = u16::try_from(r.num(f.answer_status)?)
+                .map_err(|_| r.corrupt(format!("{} out of range", f.answer_status)))?;
+            match r.opt_str(f.answer_body) {
+                Some(body) => ClaimState::Done(StoredResponse {
+                    status,
+                    body: body.to_owned(),
+                }),
+                // Finished without its answer's body, which did not fit on the payment.
+                None => ClaimState::DoneUnrecorded { status },
+            }
+        }
         other => return Err(r.corrupt(format!("unknown {} {other}", f.state))),
     };
     Ok(Some(HostClaim {

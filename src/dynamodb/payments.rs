@@ -909,30 +909,49 @@ impl Payments for DynamoStore {
         token: &OwnerToken,
         answer: &StoredResponse,
     ) -> Result<FinalizeOutcome, StoreError> {
-        let update = self
-            .claim_update(provider, reference)
-            .update_expression(
-                "SET claim_state = :done, answer_status = :as, answer_body = :ab REMOVE #open",
-            )
-            .condition_expression("claim_owner = :tok AND claim_state = :applying")
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_values(":tok", s(token.as_str()))
-            .expression_attribute_values(":applying", s(APPLYING))
-            .expression_attribute_values(":done", s(DONE))
-            .expression_attribute_values(":as", n(i64::from(answer.status)))
-            .expression_attribute_values(":ab", s(answer.body.as_str()));
-        let old = match self
-            .claim_write(update, provider, reference, View::Credit)
-            .await?
-        {
+        let write = |with_body: bool| {
+            let body = if with_body { ", answer_body = :ab" } else { "" };
+            let mut update = self
+                .claim_update(provider, reference)
+                .update_expression(format!(
+                    "SET claim_state = :done, answer_status = :as{body} REMOVE #open"
+                ))
+                .condition_expression("claim_owner = :tok AND claim_state = :applying")
+                .expression_attribute_names("#open", "open")
+                .expression_attribute_values(":tok", s(token.as_str()))
+                .expression_attribute_values(":applying", s(APPLYING))
+                .expression_attribute_values(":done", s(DONE))
+                .expression_attribute_values(":as", n(i64::from(answer.status)));
+            if with_body {
+                update = update.expression_attribute_values(":ab", s(answer.body.as_str()));
+            }
+            self.claim_write(update, provider, reference, View::Credit)
+        };
+        let written = match write(true).await {
+            // The answer does not fit on the payment (400 KB): the credit happened, so its claim
+            // is finished without the body (the item only shrinks), as a held claim's is.
+            Err(StoreError::Rejected {
+                why: dynamo_claim::Rejection::TooLarge,
+                ..
+            }) => write(false).await?,
+            other => other?,
+        };
+        let old = match written {
             Ok(()) => return Ok(FinalizeOutcome::Done),
             Err(old) => old,
         };
         let claim = old.as_ref().and_then(|p| p.claim.as_ref());
         Ok(match claim.map(|c| &c.state) {
             // DONE under our own token: the SDK resent our finalize after losing its reply.
-            Some(ClaimState::Done(_)) if old_owner_is(old.as_ref(), token) => FinalizeOutcome::Done,
+            Some(ClaimState::Done(_) | ClaimState::DoneUnrecorded { .. })
+                if old_owner_is(old.as_ref(), token) =>
+            {
+                FinalizeOutcome::Done
+            }
             Some(ClaimState::Done(stored)) => FinalizeOutcome::Superseded(Some(stored.clone())),
+            Some(ClaimState::DoneUnrecorded { status }) => {
+                FinalizeOutcome::Superseded(Some(StoredResponse::unrecorded(*status)))
+            }
             _ => FinalizeOutcome::Superseded(None),
         })
     }

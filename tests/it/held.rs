@@ -8,13 +8,18 @@ use crate::common;
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::faults::{invoke, Fault, FaultInjector, Invocation, ALL_FAULTS};
-use common::held::{self, balance, claims_table_holds, held_state, payment_item, until_settled};
+use common::held::{
+    self, balance, claims_table_holds, held_state, payment_item, refund_facts, until_settled,
+};
+use common::item_size;
 use common::*;
-use payhook::domain::{IdempotencyKey, Reference};
+use payhook::domain::{IdempotencyKey, ProviderId, Reference};
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
-use payhook::idempotency::Claims;
+use payhook::idempotency::{ClaimState, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
+use payhook::payments::{HeldMove, Hosted, NewHostClaim, Payments};
 use payhook::pipeline::Pipeline;
 
 const LEASE_MS: i64 = 150;
@@ -364,4 +369,157 @@ async fn needs_attention_counts_a_dispute_movement_and_a_reversal_done_on_their_
     assert!(done.contains(&asked[1].0), "{done:?}");
     assert!(!done.contains(&asked[2].0), "{done:?}");
     assert_eq!(balance(&store, "w_d").await, (800, 4));
+}
+
+/// The generic payment item `payment`, read consistently by its key.
+async fn payment_at(
+    store: &DynamoStore,
+    payment: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
+    store
+        .client()
+        .get_item()
+        .table_name(store.tables().payments.clone())
+        .key("pk", AttributeValue::S(format!("generic#{payment}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the payment item")
+}
+
+/// Pads `payment` with a string attribute `pad` of `len` bytes (`3 + len` on the item).
+async fn pad(store: &DynamoStore, payment: &str, len: usize) {
+    store
+        .client()
+        .update_item()
+        .table_name(store.tables().payments.clone())
+        .key("pk", AttributeValue::S(format!("generic#{payment}")))
+        .update_expression("SET #pad = :p")
+        .expression_attribute_names("#pad", "pad")
+        .expression_attribute_values(":p", AttributeValue::S("x".repeat(len)))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// `name` and its value's size on an item.
+fn attribute_bytes(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> usize {
+    item.get(name)
+        .map_or(0, |v| name.len() + item_size::value_bytes(v))
+}
+
+#[tokio::test]
+async fn a_held_claims_answer_is_kept_at_one_under_and_at_400_kb_and_finished_without_it_over() {
+    let store = store("hdlimit").await;
+    let app = app(store.clone(), 30_000);
+    let body = "{\"status\":\"applied\",\"answer\":\"".to_owned() + &"a".repeat(300) + "\"}";
+    let answer = StoredResponse { status: 200, body };
+    for over in [-1i64, 0, 1] {
+        // GIVEN a credited payment whose refund's claim was taken on it (APPLYING), padded so
+        // that the claim DONE with the answer makes it 400 KB + `over` bytes
+        let p = format!("pay_lim{}", over + 1);
+        pay(&app, &p, "w_lim", 900).await;
+        let (facts, fp) = refund_facts(&format!("rf_{p}"), &p, 900);
+        let key = IdempotencyKey::from_stored(format!("generic:refund:rf_{p}"));
+        let token = OwnerToken::generate();
+        let claim = NewHostClaim {
+            token: &token,
+            lease_ms: 30_000,
+            fingerprint: &fp,
+        };
+        let held = store.hold(ProviderId::GENERIC, HeldMove::Refund(&facts), &key, claim);
+        assert!(matches!(held.await.unwrap(), Hosted::Taken(_)));
+        let applying = payment_at(&store, &p).await;
+        let open = attribute_bytes(&applying, "open");
+        // DONE is 4 bytes shorter than APPLYING; `as` (200) and `ab` join the claim's map
+        // (one byte each besides name and value); `open` goes.
+        let finalize_delta = 5 + (3 + answer.body.len()) - 4;
+        let finished = item_size::item_bytes(&applying) + finalize_delta - open;
+        let target = (item_size::MAX_ITEM_BYTES as i64 + over) as usize;
+        pad(&store, &p, target - finished - 3).await;
+
+        // WHEN the claim is finalized with its answer
+        let done = store
+            .finalize_held(
+                ProviderId::GENERIC,
+                &facts.payment_reference,
+                &key,
+                &token,
+                &answer,
+            )
+            .await
+            .unwrap();
+
+        // THEN it is DONE either way; at and under the limit with the answer (the item exactly
+        // that size), over it with the status alone, so a duplicate hears 200 and nothing runs
+        // again
+        assert_eq!(done, FinalizeOutcome::Done, "{over}");
+        let item = payment_at(&store, &p).await;
+        let claim = item.get(&format!("rc#{key}")).unwrap().as_m().unwrap();
+        assert_eq!(claim["st"].as_s().unwrap(), "DONE", "{over}");
+        assert_eq!(claim["as"].as_n().unwrap(), "200", "{over}");
+        assert!(!item.contains_key("open"), "{over}");
+        let record = store.payment(ProviderId::GENERIC, &facts.payment_reference);
+        let state = record.await.unwrap().unwrap().held_claims[key.as_str()]
+            .state
+            .clone();
+        if over <= 0 {
+            assert_eq!(item_size::item_bytes(&item), target, "{over}");
+            assert_eq!(claim["ab"].as_s().unwrap(), &answer.body, "{over}");
+            assert_eq!(state, ClaimState::Done(answer.clone()), "{over}");
+        } else {
+            assert!(!claim.contains_key("ab"), "{over}");
+            assert!(
+                item_size::item_bytes(&item) < item_size::MAX_ITEM_BYTES,
+                "{over}"
+            );
+            assert_eq!(state, ClaimState::DoneUnrecorded { status: 200 }, "{over}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refund_whose_claim_does_not_fit_on_its_payment_is_claimed_in_the_claims_table() {
+    // GIVEN a payment refunded the usual way (the claim on it), to size a refund's write, and a
+    // payment like it padded so that a refund's write fits without its claim but not with it
+    let store = store("hdlimit1").await;
+    let app = app(store.clone(), 30_000);
+    pay(&app, "pay_s", "w_l1", 900).await;
+    pay(&app, "pay_t", "w_l2", 900).await;
+    let before = item_size::item_bytes(&payment_at(&store, "pay_s").await);
+    let r = send(&app, signed(&refund_body("e_s", "rf_s", "pay_s", 900))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let after = payment_at(&store, "pay_s").await;
+    let claim_done = attribute_bytes(&after, "rc#generic:refund:rf_s");
+    let plain = item_size::item_bytes(&after) - claim_done - before;
+    // The claim while APPLYING: its DONE map without `as` and `ab`, APPLYING 4 bytes longer,
+    // and `open` (`POSTING#n`, 4 + 9 bytes).
+    let body_len = r.body.len();
+    let claim_applying = claim_done - 5 - (3 + body_len) + 4 + 13;
+    assert!(claim_applying > 100, "{claim_applying}");
+    let aim = item_size::MAX_ITEM_BYTES - plain - claim_applying / 2;
+    let start = item_size::item_bytes(&payment_at(&store, "pay_t").await);
+    pad(&store, "pay_t", aim - start - 3).await;
+
+    // WHEN the padded payment is refunded, and the refund comes again
+    let body = refund_body("e_t", "rf_t", "pay_t", 900);
+    let first = send(&app, signed(&body)).await;
+    let again = send(&app, signed(&refund_body("e_t2", "rf_t", "pay_t", 900))).await;
+
+    // THEN it applied once through the claims table (no claim on the payment), and its
+    // duplicate replays the claims table's answer
+    assert_eq!((first.status, first.replayed), (200, false), "{first:?}");
+    assert_eq!(first.json()["status"], "applied");
+    assert!(claims_table_holds(&store, "generic:refund:rf_t").await);
+    let item = payment_at(&store, "pay_t").await;
+    assert!(!item.contains_key("rc#generic:refund:rf_t"));
+    assert!(!item.contains_key("open"));
+    assert!(item_size::item_bytes(&item) <= item_size::MAX_ITEM_BYTES);
+    assert_eq!(
+        (again.replayed, again.body.as_str()),
+        (true, first.body.as_str())
+    );
+    assert_eq!(balance(&store, "w_l2").await, (0, 2));
 }

@@ -9,11 +9,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::faults::{invoke, Fault, FaultInjector, Invocation, ALL_FAULTS};
-use common::held::{self, balance, ngn, payment_item, until_settled};
+use common::held::{self, balance, payment_item, refund_facts, until_settled};
 use common::*;
-use payhook::domain::{
-    ClaimedFacts, EventKind, IdempotencyKey, Money, ProviderId, Reference, RefundFacts,
-};
+use payhook::domain::{IdempotencyKey, ProviderId, Reference};
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{Claims, FinalizeOutcome, OwnerToken, StoredResponse};
@@ -159,23 +157,6 @@ async fn a_fault_at_any_of_a_refunds_writes_is_finished_by_the_retry_and_never_a
             );
         }
     }
-}
-
-/// The refund `refund` (whole `amount`) of `payment`, as facts and their fingerprint.
-fn refund_facts(
-    refund: &str,
-    payment: &str,
-    amount: i64,
-) -> (RefundFacts, payhook::domain::Fingerprint) {
-    let facts = RefundFacts {
-        refund_reference: Reference::parse(refund).unwrap(),
-        payment_reference: Reference::parse(payment).unwrap(),
-        money: Money::new(amount, ngn()).unwrap(),
-    };
-    let fp = ClaimedFacts::of(&EventKind::RefundSucceeded(facts.clone()))
-        .unwrap()
-        .fingerprint();
-    (facts, fp)
 }
 
 #[tokio::test]

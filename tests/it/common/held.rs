@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use payhook::domain::{AccountId, Currency};
+use payhook::domain::{
+    AccountId, ClaimedFacts, Currency, EventKind, Money, Reference, RefundFacts,
+};
 use payhook::dynamodb::DynamoStore;
 use payhook::ledger::Ledger;
 
@@ -66,4 +68,21 @@ pub async fn until_settled(app: &Arc<payhook::http::App<DynamoStore>>, body: &st
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
     panic!("never settled");
+}
+
+/// The refund `refund` (whole `amount`) of `payment`, as facts and their fingerprint.
+pub fn refund_facts(
+    refund: &str,
+    payment: &str,
+    amount: i64,
+) -> (RefundFacts, payhook::domain::Fingerprint) {
+    let facts = RefundFacts {
+        refund_reference: Reference::parse(refund).unwrap(),
+        payment_reference: Reference::parse(payment).unwrap(),
+        money: Money::new(amount, ngn()).unwrap(),
+    };
+    let fp = ClaimedFacts::of(&EventKind::RefundSucceeded(facts.clone()))
+        .unwrap()
+        .fingerprint();
+    (facts, fp)
 }

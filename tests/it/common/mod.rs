@@ -5,6 +5,7 @@
 pub mod console_seed;
 pub mod faults;
 pub mod held;
+pub mod item_size;
 pub mod transfer_api;
 pub mod webdriver;
 

@@ -16,8 +16,8 @@
 //! - [`domain`]: money (minor units + ISO currency), keys, normalised events, payment states.
 //! - [`providers`]: one adapter per provider: verify the raw body, map it to a normalised event.
 //! - [`pipeline`]: claim -> payment transition -> ledger entry -> finalize -> log; a payment's
-//!   credit, and a refund that applies, claim on their payment item instead, in the write that
-//!   moves the payment (four writes, `credits.rs`, `refunds.rs`).
+//!   credit, and a refund, dispute movement or reversal that applies, claim on their payment
+//!   item instead, in the write that moves the payment (four writes, `credits.rs`, `held.rs`).
 //! - [`idempotency`]: the `Claims` capability; the claim outcome enum and the pure decision over
 //!   an existing claim are the `dynamo_claim` crate's (crates/claim), re-exported.
 //! - [`payments`]: the payment state machine, and how a failed transition is judged (pure).

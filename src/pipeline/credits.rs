@@ -19,7 +19,7 @@
 //! Reconciliation finds a credit left APPLYING through `POSTING#{shard}` on the payments
 //! table's `open` index, and resumes it through this same path.
 
-use super::{conflict, contended, in_flight, reference_conflict, refused, Answer, Pipeline};
+use super::{conflict, contended, in_flight, not_ours, refused, Answer, Pipeline};
 use super::{PipelineError, Settled, Store, Unassigned};
 use crate::domain::{Fingerprint, IdempotencyKey, NormalisedEvent, PaymentFacts};
 use crate::eventlog::Outcome;
@@ -100,18 +100,7 @@ impl<S: Store> Pipeline<S> {
                     let answer = self.finish_credit(ev, p, key, &payment, &token, resumed);
                     return answer.await.map(Some);
                 }
-                Existing::Decided(ClaimOutcome::Replay(stored)) => {
-                    return Ok(Some(Answer::replay(stored)))
-                }
-                Existing::Decided(ClaimOutcome::ReplayUnrecorded { status }) => {
-                    return Ok(Some(Answer::replay(StoredResponse::unrecorded(status))))
-                }
-                Existing::Decided(ClaimOutcome::InFlight { retry_after_ms }) => {
-                    return Ok(Some(in_flight(key, retry_after_ms)))
-                }
-                Existing::Decided(ClaimOutcome::Conflict { .. }) => {
-                    return Ok(Some(reference_conflict(key)))
-                }
+                Existing::Decided(other) => return Ok(Some(not_ours(other, key))),
                 Existing::TakeOver { previous_owner } => {
                     let took = self
                         .store

@@ -26,7 +26,7 @@
 //! Reconciliation finds a movement left APPLYING through `POSTING#{shard}` on the payments
 //! table's `open` index (`Payments::stuck_credits`) and resumes it through this same path.
 
-use super::{in_flight, reference_conflict, Answer, Pipeline, PipelineError, Settled, Store};
+use super::{in_flight, not_ours, Answer, Pipeline, PipelineError, Settled, Store};
 use crate::domain::{Fingerprint, IdempotencyKey, NormalisedEvent};
 use crate::idempotency::{
     judge_existing, ClaimOutcome, Existing, FinalizeOutcome, OwnerToken, StoredResponse,
@@ -70,18 +70,7 @@ impl<S: Store> Pipeline<S> {
                     let answer = self.finish_held(ev, m, key, &payment, &token, true);
                     return answer.await.map(Some);
                 }
-                Existing::Decided(ClaimOutcome::Replay(stored)) => {
-                    return Ok(Some(Answer::replay(stored)))
-                }
-                Existing::Decided(ClaimOutcome::ReplayUnrecorded { status }) => {
-                    return Ok(Some(Answer::replay(StoredResponse::unrecorded(status))))
-                }
-                Existing::Decided(ClaimOutcome::InFlight { retry_after_ms }) => {
-                    return Ok(Some(in_flight(key, retry_after_ms)))
-                }
-                Existing::Decided(ClaimOutcome::Conflict { .. }) => {
-                    return Ok(Some(reference_conflict(key)))
-                }
+                Existing::Decided(other) => return Ok(Some(not_ours(other, key))),
                 Existing::TakeOver { previous_owner } => {
                     let took = self
                         .store

@@ -467,14 +467,7 @@ impl<S: Store> Pipeline<S> {
                 }
                 (token, took_over)
             }
-            ClaimOutcome::Replay(stored) => return Ok(Answer::replay(stored)),
-            ClaimOutcome::ReplayUnrecorded { status } => {
-                return Ok(Answer::replay(StoredResponse::unrecorded(status)))
-            }
-            ClaimOutcome::InFlight { retry_after_ms } => {
-                return Ok(in_flight(&key, retry_after_ms))
-            }
-            ClaimOutcome::Conflict { .. } => return Ok(reference_conflict(&key)),
+            other => return Ok(not_ours(other, &key)),
         };
         let settled = self.apply(ev, &key).await?;
         let mut answer = self.settle(&key, &token, settled).await?;
@@ -925,6 +918,21 @@ fn in_flight(key: &IdempotencyKey, retry_after_ms: i64) -> Answer {
 }
 
 /// The key was claimed for other facts: 422, nothing moves.
+/// The answer to a claim that is not this attempt's to run, wherever it is held: a replay of
+/// the stored answer, in flight (409), or other facts under the key (422). Only called with an
+/// outcome other than `Claimed`, which answers in flight rather than run steps it does not own.
+fn not_ours(outcome: ClaimOutcome, key: &IdempotencyKey) -> Answer {
+    match outcome {
+        ClaimOutcome::Replay(stored) => Answer::replay(stored),
+        ClaimOutcome::ReplayUnrecorded { status } => {
+            Answer::replay(StoredResponse::unrecorded(status))
+        }
+        ClaimOutcome::Conflict { .. } => reference_conflict(key),
+        ClaimOutcome::InFlight { retry_after_ms } => in_flight(key, retry_after_ms),
+        ClaimOutcome::Claimed { .. } => in_flight(key, 1_000),
+    }
+}
+
 fn reference_conflict(key: &IdempotencyKey) -> Answer {
     let p = Problem::new(
         "reference_conflict",

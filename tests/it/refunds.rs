@@ -16,7 +16,6 @@ use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{Claims, FinalizeOutcome, OwnerToken, StoredResponse};
 use payhook::payments::{HeldMove, Hosted, NewHostClaim, Payments};
-use payhook::pipeline::Pipeline;
 
 const LEASE_MS: i64 = 150;
 
@@ -250,23 +249,7 @@ async fn reconciliation_finishes_a_refund_left_applying_on_its_payment() {
     tokio::time::sleep(Duration::from_millis(LEASE_MS as u64 + 50)).await;
 
     // WHEN the provider gave up and one reconciliation pass runs
-    let (providers, _) = config(LEASE_MS).providers();
-    let pipeline = Pipeline::new(store.clone());
-    let api = payhook::reconcile::HttpProviderApi::new(Vec::new()).unwrap();
-    let settings = payhook::reconcile::ReconcileSettings {
-        pending_after_ms: 0,
-        lease_ms: 5_000,
-        ..payhook::reconcile::ReconcileSettings::default()
-    };
-    let report = payhook::reconcile::Reconciler {
-        pipeline: &pipeline,
-        providers: &providers,
-        api: &api,
-        settings,
-    }
-    .run()
-    .await
-    .unwrap();
+    let report = held::reconcile_once(&store, LEASE_MS).await;
 
     // THEN the refund is debited once, its claim DONE, the payment off the POSTING index, and
     // the resume is logged as a refund's

@@ -86,3 +86,25 @@ pub fn refund_facts(
         .fingerprint();
     (facts, fp)
 }
+
+/// One reconciliation pass over `store`, as the scheduled one runs (no provider API), after
+/// the provider gave up: every stuck claim is due.
+pub async fn reconcile_once(store: &DynamoStore, lease_ms: i64) -> payhook::reconcile::Report {
+    let (providers, _) = super::config(lease_ms).providers();
+    let pipeline = payhook::pipeline::Pipeline::new(store.clone());
+    let api = payhook::reconcile::HttpProviderApi::new(Vec::new()).unwrap();
+    let settings = payhook::reconcile::ReconcileSettings {
+        pending_after_ms: 0,
+        lease_ms: 5_000,
+        ..payhook::reconcile::ReconcileSettings::default()
+    };
+    payhook::reconcile::Reconciler {
+        pipeline: &pipeline,
+        providers: &providers,
+        api: &api,
+        settings,
+    }
+    .run()
+    .await
+    .unwrap()
+}

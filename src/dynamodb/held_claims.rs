@@ -72,9 +72,18 @@ impl Aim {
                 DisputeJudgement::Aim(next) => Some(Aim::Dispute(next)),
                 DisputeJudgement::Decided(_) => None,
             },
+            // Only a reversal that gives a refund back claims here: its payment is paid, so no
+            // credit's paid write can meet its claim. A void may meet a payment not paid yet,
+            // whose credit's write would list its own claim over this one's `open` entry (and
+            // the void's finalize would then take it off the index): voids, rare, claim in the
+            // claims table.
             HeldMove::Reversal(r) => match judge_reversal(old, r, &refund_key(provider, r)) {
-                ReversalJudgement::Write(next) => Some(Aim::Reversal(next)),
-                ReversalJudgement::Decided(_) => None,
+                ReversalJudgement::Write(ReversalWrite::Restore(to)) => {
+                    Some(Aim::Reversal(ReversalWrite::Restore(to)))
+                }
+                ReversalJudgement::Write(ReversalWrite::Void) | ReversalJudgement::Decided(_) => {
+                    None
+                }
             },
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! | # | write | condition |
 //! |---|---|---|
-//! | 1 | `UpdateItem` payment: the movement + its claim APPLYING (`rc#{key}`: owner, lease, fingerprint) and `open = POSTING#{shard}` | the movement's own (refund: paid, currency, remainder, key not applied or voided; dispute: paid status, currency, key not recorded, its withdrawal first; reversal: its refund applied or never applied) and no claim APPLYING on the payment (`open` absent), none for this key |
+//! | 1 | `UpdateItem` payment: the movement + its claim APPLYING (`rc#{key}`: owner, lease, fingerprint) and `open = POSTING#{shard}` | the movement's own (refund: paid, currency, remainder, key not applied or voided; dispute: paid status, currency, key not recorded, its withdrawal first; reversal: its refund applied, given back; a void claims in the claims table) and no claim APPLYING on the payment (`open` absent), none for this key |
 //! | 2 | `PutItem` ledger entry (none when the movement moves nothing) | `attribute_not_exists` |
 //! | 3 | `UpdateItem` payment: the claim DONE + the answer, `REMOVE open` | `rc#{key}.ow = me AND rc#{key}.st = APPLYING` |
 //! | 4 | `PutItem` delivery log | as every delivery |

@@ -462,7 +462,10 @@ async fn stripe_refuses_old_and_future_timestamps() {
     )
     .unwrap();
     let body = event["body"].as_str().unwrap();
-    for (what, ts) in [("stale", now_s() - 301), ("future", now_s() + 301)] {
+    // Past the 300 s tolerance each way; the future one by a minute, so the time a loaded
+    // machine takes before the check (which brings a future stamp closer) cannot bring it back
+    // inside. The exact edge is the adapters' unit tests', on a fixed clock.
+    for (what, ts) in [("stale", now_s() - 301), ("future", now_s() + 360)] {
         let sig = sign_headers(ProviderId::STRIPE, &config(), body.as_bytes(), "", ts)
             .unwrap()
             .remove(0)

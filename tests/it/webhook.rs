@@ -617,7 +617,9 @@ async fn signatures_valid_tampered_wrong_secret_rotated_stale_and_future() {
         ),
         (
             "future timestamp",
-            signed_with(&body, SECRET, now + 301),
+            // A minute past the tolerance: time spent on a loaded machine before the check
+            // brings a future stamp closer (the exact edge is the verifier's unit tests').
+            signed_with(&body, SECRET, now + 360),
             401,
         ),
         (

@@ -159,9 +159,9 @@ fn credit_payment(
     Some((provider, crate::domain::Reference::parse(reference).ok()?))
 }
 
-/// A movement whose claim may be held on its payment item (`pk`): a credit (its payment named
-/// by its key), or a refund, reversal or dispute movement (its payment the one its delivery was
-/// about).
+/// A movement whose claim may be held on its item (`pk`): a credit (its payment named by its
+/// key), a refund, reversal or dispute movement (its payment the one its delivery was about),
+/// or a payout's settlement word (its payout named by its key).
 struct Held {
     key: IdempotencyKey,
     pk: String,
@@ -177,6 +177,20 @@ fn held_on(key: &IdempotencyKey, payment: Option<&crate::domain::Reference>) -> 
         });
     }
     use crate::domain::Operation;
+    // A payout's settlement word: its payout is the one its key names.
+    let words = [
+        Operation::PayoutFailed,
+        Operation::PayoutPaid,
+        Operation::PayoutReversed,
+    ];
+    if key.operation().is_some_and(|op| words.contains(&op)) {
+        let payout = crate::payouts::PayoutId::parse(key.as_str().splitn(3, ':').nth(2)?)?;
+        return Some(Held {
+            key: key.clone(),
+            pk: super::payouts::payout_pk(&payout),
+            credit: false,
+        });
+    }
     let held_here = [
         Operation::Refund,
         Operation::RefundReversal,

@@ -18,12 +18,14 @@
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 
-use super::item::{n, s};
-use super::payment_item::{held_claim_attribute, Taking, APPLYING, DONE, HELD_CLAIM, POSTING};
+use super::payment_item::{
+    finalize_clauses, finalized_over, held_claim_attribute, take_over_clauses, too_large,
+    took_over_already, Taking, POSTING,
+};
 use super::payments::View;
 use super::DynamoStore;
 use crate::domain::{IdempotencyKey, Operation, PaymentStatus, ProviderId, Reference, RefundFacts};
-use crate::idempotency::{ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
+use crate::idempotency::{FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payments::{
     judge_dispute, judge_refund, judge_reversal, DisputeJudgement, DisputeWrite, HeldMove,
     HostClaim, Hosted, NewHostClaim, PaymentRecord, RefundJudgement, RefundWrite,
@@ -115,10 +117,7 @@ impl DynamoStore {
                 Ok(Err(old)) => old,
                 // The claim does not fit on the payment (400 KB): the claims table holds it,
                 // and the movement's own write, smaller by the claim, is tried there.
-                Err(StoreError::Rejected {
-                    why: dynamo_claim::Rejection::TooLarge,
-                    ..
-                }) => return Ok(Hosted::Elsewhere),
+                Err(e) if too_large(&e) => return Ok(Hosted::Elsewhere),
                 Err(e) => return Err(e),
             };
             if let Some(claim) = claim_in(old.as_ref(), key) {
@@ -190,26 +189,20 @@ impl DynamoStore {
         token: &OwnerToken,
         lease_ms: i64,
     ) -> Result<bool, StoreError> {
-        let now = self.clock.now_ms();
-        let update = self
-            .held_claim_update(provider, payment, key)
-            .update_expression("SET #rc.ow = :tok, #rc.ls = :lease")
-            .condition_expression("#rc.ow = :prev AND #rc.st = :applying AND #rc.ls <= :now")
-            .expression_attribute_values(":tok", s(token.as_str()))
-            .expression_attribute_values(":prev", s(previous.as_str()))
-            .expression_attribute_values(":applying", s(APPLYING))
-            .expression_attribute_values(":lease", n(now.saturating_add(lease_ms)))
-            .expression_attribute_values(":now", n(now));
+        let update = take_over_clauses(
+            self.held_claim_update(provider, payment, key),
+            previous,
+            token,
+            self.clock.now_ms(),
+            lease_ms,
+        );
         Ok(
             match self
                 .claim_write(update, provider, payment, View::Whole)
                 .await?
             {
                 Ok(()) => true,
-                // Ours already: the SDK resent a takeover whose reply was lost.
-                Err(old) => claim_in(old.as_ref(), key).is_some_and(
-                    |c| matches!(&c.state, ClaimState::InProgress { owner, .. } if owner == token),
-                ),
+                Err(old) => took_over_already(claim_in(old.as_ref(), key).as_ref(), token),
             },
         )
     }
@@ -229,36 +222,16 @@ impl DynamoStore {
             // The answer does not fit in the payment's 400 KB (a payment with a long life): the
             // movement happened, so its claim is finished without the answer's body, as the
             // claim crate finishes one (a duplicate hears the status), never left to run again.
-            Err(StoreError::Rejected {
-                why: dynamo_claim::Rejection::TooLarge,
-                ..
-            }) => {
+            Err(e) if too_large(&e) => {
                 tracing::warn!(key = %key, payment = %payment, "the answer does not fit on its payment: finished without it");
                 self.finalize_write(provider, payment, key, token, answer, false)
                     .await?
             }
             other => other?,
         };
-        let old = match written {
-            Ok(()) => return Ok(FinalizeOutcome::Done),
-            Err(old) => old,
-        };
-        Ok(match claim_in(old.as_ref(), key) {
-            // DONE under our own token: the SDK resent our finalize after losing its reply.
-            Some(HostClaim {
-                state: ClaimState::Done(_) | ClaimState::DoneUnrecorded { .. },
-                owner,
-                ..
-            }) if &owner == token => FinalizeOutcome::Done,
-            Some(HostClaim {
-                state: ClaimState::Done(stored),
-                ..
-            }) => FinalizeOutcome::Superseded(Some(stored)),
-            Some(HostClaim {
-                state: ClaimState::DoneUnrecorded { status },
-                ..
-            }) => FinalizeOutcome::Superseded(Some(StoredResponse::unrecorded(status))),
-            _ => FinalizeOutcome::Superseded(None),
+        Ok(match written {
+            Ok(()) => FinalizeOutcome::Done,
+            Err(old) => finalized_over(claim_in(old.as_ref(), key), token),
         })
     }
 
@@ -274,22 +247,12 @@ impl DynamoStore {
         answer: &StoredResponse,
         with_body: bool,
     ) -> Result<Result<(), Option<PaymentRecord>>, StoreError> {
-        let body = if with_body { ", #rc.ab = :ab" } else { "" };
-        let mut update = self
-            .held_claim_update(provider, payment, key)
-            .update_expression(format!(
-                "SET #rc.st = :done, #rc.#as = :as{body} REMOVE #open"
-            ))
-            .condition_expression("#rc.ow = :tok AND #rc.st = :applying")
-            .expression_attribute_names("#open", "open")
-            .expression_attribute_names("#as", HELD_CLAIM.answer_status)
-            .expression_attribute_values(":tok", s(token.as_str()))
-            .expression_attribute_values(":applying", s(APPLYING))
-            .expression_attribute_values(":done", s(DONE))
-            .expression_attribute_values(":as", n(i64::from(answer.status)));
-        if with_body {
-            update = update.expression_attribute_values(":ab", s(answer.body.as_str()));
-        }
+        let update = finalize_clauses(
+            self.held_claim_update(provider, payment, key),
+            token,
+            answer,
+            with_body,
+        );
         self.claim_write(update, provider, payment, View::Whole)
             .await
     }

@@ -14,6 +14,7 @@ mod ledger;
 pub mod observe;
 mod payment_item;
 mod payments;
+mod payout_words;
 mod payouts;
 pub mod regions;
 pub mod schema;

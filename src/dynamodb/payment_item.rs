@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::item::{n, s, Item, Reader};
 use crate::domain::{Fingerprint, IdempotencyKey, PaymentStatus};
-use crate::idempotency::{ClaimState, OwnerToken, StoredResponse};
+use crate::idempotency::{ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
 use crate::payments::pairs::PairGuard;
 use crate::payments::{HostClaim, NewHostClaim};
 use crate::store::StoreError;
@@ -202,4 +202,90 @@ impl<'a> Taking<'a> {
             .expression_attribute_values(":rc", AttributeValue::M(claim))
             .expression_attribute_values(":posting", s(self.posting.as_str()))
     }
+}
+
+/// A takeover of the claim `#rc` names: conditioned on its old owner and an expired lease (the
+/// store's time), it sets the new owner and lease. Shared by every item holding such claims.
+pub(super) fn take_over_clauses(
+    update: UpdateItemFluentBuilder,
+    previous: &OwnerToken,
+    token: &OwnerToken,
+    now_ms: i64,
+    lease_ms: i64,
+) -> UpdateItemFluentBuilder {
+    update
+        .update_expression("SET #rc.ow = :tok, #rc.ls = :lease")
+        .condition_expression("#rc.ow = :prev AND #rc.st = :applying AND #rc.ls <= :now")
+        .expression_attribute_values(":tok", s(token.as_str()))
+        .expression_attribute_values(":prev", s(previous.as_str()))
+        .expression_attribute_values(":applying", s(APPLYING))
+        .expression_attribute_values(":lease", n(now_ms.saturating_add(lease_ms)))
+        .expression_attribute_values(":now", n(now_ms))
+}
+
+/// Whether a takeover whose condition failed met its own write (the SDK resent it after
+/// losing its reply): the claim is APPLYING under our token.
+pub(super) fn took_over_already(claim: Option<&HostClaim>, token: &OwnerToken) -> bool {
+    claim
+        .is_some_and(|c| matches!(&c.state, ClaimState::InProgress { owner, .. } if owner == token))
+}
+
+/// The finalize of the claim `#rc` names: DONE with the answer's status, and its body when
+/// `with_body` (without it the item only shrinks: `st` shorter, `open` removed, so it always
+/// fits where the APPLYING claim did), `REMOVE open`; conditioned on our ownership.
+pub(super) fn finalize_clauses(
+    update: UpdateItemFluentBuilder,
+    token: &OwnerToken,
+    answer: &StoredResponse,
+    with_body: bool,
+) -> UpdateItemFluentBuilder {
+    let body = if with_body { ", #rc.ab = :ab" } else { "" };
+    let update = update
+        .update_expression(format!(
+            "SET #rc.st = :done, #rc.#as = :as{body} REMOVE #open"
+        ))
+        .condition_expression("#rc.ow = :tok AND #rc.st = :applying")
+        .expression_attribute_names("#open", "open")
+        .expression_attribute_names("#as", HELD_CLAIM.answer_status)
+        .expression_attribute_values(":tok", s(token.as_str()))
+        .expression_attribute_values(":applying", s(APPLYING))
+        .expression_attribute_values(":done", s(DONE))
+        .expression_attribute_values(":as", n(i64::from(answer.status)));
+    if with_body {
+        update.expression_attribute_values(":ab", s(answer.body.as_str()))
+    } else {
+        update
+    }
+}
+
+/// How a finalize whose condition failed ended, from the claim it met.
+pub(super) fn finalized_over(claim: Option<HostClaim>, token: &OwnerToken) -> FinalizeOutcome {
+    match claim {
+        // DONE under our own token: the SDK resent our finalize after losing its reply.
+        Some(HostClaim {
+            state: ClaimState::Done(_) | ClaimState::DoneUnrecorded { .. },
+            owner,
+            ..
+        }) if &owner == token => FinalizeOutcome::Done,
+        Some(HostClaim {
+            state: ClaimState::Done(stored),
+            ..
+        }) => FinalizeOutcome::Superseded(Some(stored)),
+        Some(HostClaim {
+            state: ClaimState::DoneUnrecorded { status },
+            ..
+        }) => FinalizeOutcome::Superseded(Some(StoredResponse::unrecorded(status))),
+        _ => FinalizeOutcome::Superseded(None),
+    }
+}
+
+/// Whether a store error is DynamoDB refusing an item past 400 KB.
+pub(super) fn too_large(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Rejected {
+            why: dynamo_claim::Rejection::TooLarge,
+            ..
+        }
+    )
 }

@@ -670,6 +670,15 @@ impl DynamoStore {
         write: ReversalWrite,
         claim: Option<&Taking<'_>>,
     ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        // A void may meet a payment not paid yet, whose credit's write would list its own claim
+        // over the void's `open` entry: a void claims in the claims table, never here.
+        if write == ReversalWrite::Void && claim.is_some() {
+            return Err(StoreError::Corrupt {
+                table: self.tables.payments.clone(),
+                key: refund_key.to_string(),
+                reason: "a void aimed to take its claim on its payment".into(),
+            });
+        }
         let now = self.clock.now_ms();
         // The reversal's claim, in the same write (#44).
         let (claim_set, claim_cond) = Taking::clauses(claim);

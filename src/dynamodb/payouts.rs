@@ -6,7 +6,10 @@
 //! (decided when opened), `moves` (settlement movement times), `words` (final words applied),
 //! `sends`, `ambiguous`, `provider_status`, `key` (the reservation's key, the change events'
 //! id), and `open` = `PAYOUT#{index shard}` while open, so reconciliation finds it through the
-//! table's sparse `open` index.
+//! table's sparse `open` index. Each settlement word applied since #44 also holds its claim here,
+//! `rc#{word key}`, and while that claim is APPLYING `open` = `POSTING#{shard}` lists the payout
+//! for the stuck sweep instead (`payout_words.rs`); a word applied without such a claim never
+//! removes a `POSTING` entry (`settle_write`).
 //!
 //! **The guard**, `pk` = `guard#{account}#{currency}`, serialises the *decisions* of one
 //! account's payouts in one currency, without transactions. It holds a `version` and the one
@@ -36,17 +39,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde_json::Value;
 
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
+use super::payment_item::{Taking, POSTING};
 use super::DynamoStore;
+use crate::domain::Operation;
 use crate::domain::{AccountId, Currency, IdempotencyKey, ProviderId, TransferState};
+use crate::idempotency::{FinalizeOutcome, NewHostClaim, OwnerToken, StoredResponse};
 use crate::ledger::{Ledger, PostOutcome, Posting};
 use crate::payouts::calls::{CallKind, CallTicket, ProviderNote, CALL_MARGIN_MS};
 use crate::payouts::{
-    judge_settle, reservation_key, NewPayout, PayoutId, PayoutRecord, PayoutStatus, Payouts,
-    SettleJudgement, SettleOutcome, WordOrigin,
+    judge_settle, reservation_key, HeldWord, HeldWordCall, NewPayout, PayoutId, PayoutRecord,
+    PayoutStatus, Payouts, SettleJudgement, SettleOutcome, WordOrigin,
 };
 use crate::store::StoreError;
 
@@ -55,7 +61,7 @@ const OPEN: &str = "PAYOUT";
 /// same account was decided, so this bounds the wait behind about this many.
 const MAX_ROUNDS: usize = 200;
 
-fn payout_pk(id: &PayoutId) -> String {
+pub(super) fn payout_pk(id: &PayoutId) -> String {
     format!("payout#{id}")
 }
 
@@ -63,7 +69,7 @@ fn guard_pk(account: &AccountId, currency: Currency) -> String {
     format!("guard#{account}#{currency}")
 }
 
-fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
+pub(super) fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
     let r = Reader::new(item, table);
     let destination = serde_json::from_str::<Value>(r.str("destination")?)
         .ok()
@@ -117,6 +123,10 @@ fn to_record(item: &Item, table: &str) -> Result<PayoutRecord, StoreError> {
         available_minor: r.opt_num("available_minor")?,
         created_at_ms: r.num("created_at_ms")?,
         updated_at_ms: r.num("updated_at_ms")?,
+        held_claims: super::payment_item::held_claims_of(item, table)?,
+        posting: r
+            .opt_str("open")
+            .is_some_and(|o| o.starts_with(super::payment_item::POSTING)),
     })
 }
 
@@ -177,7 +187,10 @@ struct Guard {
 }
 
 impl DynamoStore {
-    async fn get_payout_item(&self, id: &PayoutId) -> Result<Option<PayoutRecord>, StoreError> {
+    pub(super) async fn get_payout_item(
+        &self,
+        id: &PayoutId,
+    ) -> Result<Option<PayoutRecord>, StoreError> {
         let table = &self.tables.payments;
         let out = self
             .client
@@ -306,6 +319,112 @@ impl DynamoStore {
         match update.send().await {
             Ok(_) => Ok(true),
             Err(e) => condition_failed(e, "UpdateItem", table).map(|_| false),
+        }
+    }
+}
+
+/// Where a word's write moves its payout (judged from `current`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SettleAim {
+    pub from: &'static [PayoutStatus],
+    pub to: PayoutStatus,
+    pub movement: Option<(Operation, i64)>,
+}
+
+/// One settlement word's conditional write, as judged from the payout it read.
+pub(super) struct WordWrite<'a> {
+    pub current: &'a PayoutRecord,
+    pub origin: &'a WordOrigin,
+    pub word: TransferState,
+    pub provider_status: &'a str,
+    pub aim: SettleAim,
+}
+
+impl DynamoStore {
+    /// The word's one conditional write: the status it moves to, its movement's time, the word
+    /// among `words`; taking its claim too when `taking` (#44). The payout as written
+    /// (`ALL_NEW`), or `None` when the condition failed (moved by someone else: judge again).
+    ///
+    /// `open`: a word applied without a claim here takes the payout off the open index
+    /// (`PAYOUT#…`), except while another word's claim APPLYING lists it under `POSTING#…`,
+    /// which that claim's finalize removes; a word taking its claim lists it there itself.
+    /// Each case is part of the condition, so the entry is never overwritten unseen.
+    pub(super) async fn settle_write(
+        &self,
+        w: WordWrite<'_>,
+        taking: Option<&Taking<'_>>,
+    ) -> Result<Option<PayoutRecord>, StoreError> {
+        let table = &self.tables.payments;
+        let now = self.clock.now_ms();
+        let mut sets = vec![
+            "payout_status = :to",
+            "provider_status = :ps",
+            "ambiguous = :f",
+            "updated_at_ms = :now",
+        ];
+        if w.aim.movement.is_some() {
+            sets.push("moves = :moves");
+        }
+        let (open_set, remove, open_cond) = match (taking, w.current.posting) {
+            (Some(_), _) => (
+                ", #rc = :rc, #open = :posting",
+                "",
+                " AND attribute_not_exists(#rc) AND (attribute_not_exists(#open) OR NOT begins_with(#open, :pp))",
+            ),
+            (None, true) => ("", "", " AND begins_with(#open, :pp)"),
+            (None, false) => (
+                "",
+                " REMOVE #open",
+                " AND (attribute_not_exists(#open) OR NOT begins_with(#open, :pp))",
+            ),
+        };
+        let from = (0..w.aim.from.len())
+            .map(|i| format!(":f{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(table)
+            .key("pk", s(payout_pk(&w.current.payout)))
+            .update_expression(format!(
+                "SET {}{open_set} ADD words :w{remove}",
+                sets.join(", ")
+            ))
+            // The provider too, in the statement itself: a word moves only its own payouts.
+            .condition_expression(format!(
+                "payout_status IN ({from}) AND provider = :prov AND (attribute_not_exists(words) OR NOT contains(words, :word)){open_cond}"
+            ))
+            .expression_attribute_names("#open", "open")
+            .expression_attribute_values(":pp", s(POSTING))
+            .expression_attribute_values(":prov", s(w.origin.provider.as_str()))
+            .expression_attribute_values(":to", s(w.aim.to.as_str()))
+            .expression_attribute_values(":ps", s(w.provider_status))
+            .expression_attribute_values(":f", AttributeValue::Bool(false))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":w", AttributeValue::Ss(vec![w.word.as_str().to_owned()]))
+            .expression_attribute_values(":word", s(w.word.as_str()))
+            .return_values(ReturnValue::AllNew);
+        for (i, st) in w.aim.from.iter().enumerate() {
+            update = update.expression_attribute_values(format!(":f{i}"), s(st.as_str()));
+        }
+        if let Some((op, _)) = w.aim.movement {
+            let mut moves = w.current.moves.clone();
+            moves.insert(op.as_str().to_owned(), now);
+            update = update.expression_attribute_values(
+                ":moves",
+                AttributeValue::M(moves.iter().map(|(k, v)| (k.clone(), n(*v))).collect()),
+            );
+        }
+        if let Some(taking) = taking {
+            update = taking.bind(update, now);
+        }
+        match update.send().await {
+            Ok(out) => match out.attributes {
+                Some(item) => Ok(Some(to_record(&item, table)?)),
+                None => self.must_payout(&w.current.payout).await.map(Some),
+            },
+            Err(e) => condition_failed(e, "UpdateItem", table).map(|_| None),
         }
     }
 }
@@ -542,78 +661,65 @@ impl Payouts for DynamoStore {
         word: TransferState,
         provider_status: &str,
     ) -> Result<SettleOutcome, StoreError> {
-        let table = &self.tables.payments;
         for _ in 0..8 {
             let current = self.get_payout_item(id).await?;
-            let (current, from, to, movement) = match judge_settle(current, &origin, word) {
+            let (current, aim) = match judge_settle(current, &origin, word) {
                 SettleJudgement::Decided(outcome) => return Ok(outcome),
                 SettleJudgement::Move {
                     current,
                     from,
                     to,
                     movement,
-                } => (current, from, to, movement),
+                } => (current, SettleAim { from, to, movement }),
             };
-            let now = self.clock.now_ms();
-            let mut sets = vec![
-                "payout_status = :to",
-                "provider_status = :ps",
-                "ambiguous = :f",
-                "updated_at_ms = :now",
-            ];
-            if movement.is_some() {
-                sets.push("moves = :moves");
-            }
-            let mut moves = current.moves.clone();
-            if let Some((op, _)) = movement {
-                moves.insert(op.as_str().to_owned(), now);
-            }
-            let mut update = self
-                .client
-                .update_item()
-                .table_name(table)
-                .key("pk", s(payout_pk(id)))
-                .update_expression(format!(
-                    "SET {} ADD words :w REMOVE #open",
-                    sets.join(", ")
-                ))
-                // The provider too, in the statement itself: a word moves only its own payouts.
-                .condition_expression(format!(
-                    "payout_status IN ({}) AND provider = :prov AND (attribute_not_exists(words) OR NOT contains(words, :word))",
-                    (0..from.len()).map(|i| format!(":f{i}")).collect::<Vec<_>>().join(", ")
-                ))
-                .expression_attribute_names("#open", "open")
-                .expression_attribute_values(":prov", s(origin.provider.as_str()))
-                .expression_attribute_values(":to", s(to.as_str()))
-                .expression_attribute_values(":ps", s(provider_status))
-                .expression_attribute_values(":f", AttributeValue::Bool(false))
-                .expression_attribute_values(":now", n(now))
-                .expression_attribute_values(":w", AttributeValue::Ss(vec![word.as_str().to_owned()]))
-                .expression_attribute_values(":word", s(word.as_str()));
-            for (i, st) in from.iter().enumerate() {
-                update = update.expression_attribute_values(format!(":f{i}"), s(st.as_str()));
-            }
-            if movement.is_some() {
-                update = update.expression_attribute_values(
-                    ":moves",
-                    AttributeValue::M(moves.iter().map(|(k, v)| (k.clone(), n(*v))).collect()),
-                );
-            }
-            match update.send().await {
-                Ok(_) => {
-                    let record = self.must_payout(id).await?;
-                    return Ok(SettleOutcome::Applied { record, movement });
-                }
-                // Moved by someone else in between: judge again from what it is now.
-                Err(e) => {
-                    condition_failed(e, "UpdateItem", table)?;
-                }
+            let write = WordWrite {
+                current: &current,
+                origin: &origin,
+                word,
+                provider_status,
+                aim,
+            };
+            // Moved by someone else in between: judge again from what it is now.
+            if let Some(record) = self.settle_write(write, None).await? {
+                let movement = aim.movement;
+                return Ok(SettleOutcome::Applied { record, movement });
             }
         }
         Err(StoreError::Contended {
-            table: table.clone(),
+            table: self.tables.payments.clone(),
             key: payout_pk(id),
         })
+    }
+
+    async fn settle_held(
+        &self,
+        id: &PayoutId,
+        word: HeldWordCall<'_>,
+        claim: NewHostClaim<'_>,
+    ) -> Result<HeldWord, StoreError> {
+        self.apply_held_word(id, word, claim).await
+    }
+
+    async fn take_over_word(
+        &self,
+        id: &PayoutId,
+        key: &IdempotencyKey,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.take_over_held_word(id, key, previous, token, lease_ms)
+            .await
+    }
+
+    async fn finalize_word(
+        &self,
+        id: &PayoutId,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize_held_word(id, key, token, answer).await
     }
 
     async fn open_payouts(

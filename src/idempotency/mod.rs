@@ -13,6 +13,38 @@ pub use dynamo_claim::{
 use crate::domain::{Fingerprint, IdempotencyKey};
 use crate::store::StoreError;
 
+/// A claim held on the item its movement writes anyway (#32, #44): a payment's credit, a
+/// refund's, a dispute movement's, a reversal's, a payout's settlement word. The write that
+/// moves the money is the one that claims it, so it costs no claims-table writes. The
+/// same protocol as the claims table (`dynamo_claim`): an owner and a lease while APPLYING,
+/// the stored answer once DONE, the facts' fingerprint either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostClaim {
+    pub state: ClaimState,
+    pub fingerprint: Fingerprint,
+    /// The last owner, kept once DONE (a finalize the SDK resent knows its own DONE by it).
+    pub owner: OwnerToken,
+}
+
+impl HostClaim {
+    /// As a claim record of `key`, for the claim crate's one judge.
+    pub fn record(&self, key: &IdempotencyKey) -> ClaimRecord {
+        ClaimRecord {
+            key: key.to_string(),
+            state: self.state.clone(),
+            fingerprint: self.fingerprint.clone(),
+        }
+    }
+}
+
+/// The claim a movement's first write takes on its item (see [`HostClaim`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewHostClaim<'a> {
+    pub token: &'a OwnerToken,
+    pub lease_ms: i64,
+    pub fingerprint: &'a Fingerprint,
+}
+
 /// The idempotency capability the pipeline needs.
 pub trait Claims: Sync {
     /// Claims `key` for `lease_ms`. One conditional write; duplicates learn what to do next.

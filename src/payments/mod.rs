@@ -17,42 +17,12 @@ pub use disputes::{judge_dispute, DisputeJudgement, DisputeOutcome, DisputeView,
 use pairs::{PairGuard, Side};
 
 use crate::domain::{
-    AccountId, Currency, DisputeFacts, DisputeMovement, Fingerprint, IdempotencyKey, Money,
-    PaymentFacts, PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
+    AccountId, Currency, DisputeFacts, DisputeMovement, IdempotencyKey, Money, PaymentFacts,
+    PaymentStatus, ProviderId, Reference, RefundFacts, StateFacts,
 };
-use crate::idempotency::{ClaimRecord, ClaimState, FinalizeOutcome, OwnerToken, StoredResponse};
+use crate::idempotency::{ClaimRecord, FinalizeOutcome, OwnerToken, StoredResponse};
+pub use crate::idempotency::{HostClaim, NewHostClaim};
 use crate::store::StoreError;
-
-/// A payment credit's claim, held on the payment item itself (#32): the write that pays the
-/// payment is the one that claims its credit, so a new credit costs no claims-table writes. The
-/// same protocol as the claims table (`dynamo_claim`): an owner and a lease while APPLYING,
-/// the stored answer once DONE, the facts' fingerprint either way.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostClaim {
-    pub state: ClaimState,
-    pub fingerprint: Fingerprint,
-    /// The last owner, kept once DONE (a finalize the SDK resent knows its own DONE by it).
-    pub owner: OwnerToken,
-}
-
-impl HostClaim {
-    /// As a claim record of `key`, for the claim crate's one judge.
-    pub fn record(&self, key: &IdempotencyKey) -> ClaimRecord {
-        ClaimRecord {
-            key: key.to_string(),
-            state: self.state.clone(),
-            fingerprint: self.fingerprint.clone(),
-        }
-    }
-}
-
-/// The claim a first PAID write takes on the payment (see [`HostClaim`]).
-#[derive(Debug, Clone, Copy)]
-pub struct NewHostClaim<'a> {
-    pub token: &'a OwnerToken,
-    pub lease_ms: i64,
-    pub fingerprint: &'a Fingerprint,
-}
 
 /// A payment as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -303,6 +303,8 @@ mod tests {
             available_minor: None,
             created_at_ms: 0,
             updated_at_ms: 0,
+            held_claims: Default::default(),
+            posting: false,
         }
     }
 

@@ -34,6 +34,7 @@ use crate::domain::{
     AccountId, Currency, IdempotencyKey, Money, Operation, ProviderId, Recipient, Reference,
     TransferState,
 };
+use crate::idempotency::{FinalizeOutcome, HostClaim, NewHostClaim, OwnerToken, StoredResponse};
 use crate::store::StoreError;
 
 /// The longest `Idempotency-Key` accepted.
@@ -382,6 +383,14 @@ pub struct PayoutRecord {
     pub available_minor: Option<i64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// Settlement words' claims held on the payout (#44), by the word's key: the claim, not the
+    /// payout, so never shown.
+    #[serde(skip)]
+    pub held_claims: BTreeMap<String, HostClaim>,
+    /// One of those claims is APPLYING (the payout is listed under `POSTING#{shard}` until it
+    /// is DONE): no other word takes its claim here meanwhile.
+    #[serde(skip)]
+    pub posting: bool,
 }
 
 impl PayoutRecord {
@@ -494,6 +503,26 @@ pub enum SettleOutcome {
     Unknown,
 }
 
+/// A settlement word's write with its claim held on its payout (#44), as the store found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldWord {
+    /// This write applied the word and took its claim (APPLYING, ours): post `movement`, if
+    /// any, then finalize.
+    Taken {
+        record: PayoutRecord,
+        movement: Option<(Operation, i64)>,
+    },
+    /// The word's claim is on the payout already: the claim crate's judge decides.
+    Claimed(PayoutRecord, HostClaim),
+    /// The word moves nothing now (stale, undecided, another provider's or other money, no
+    /// such payout): answered without a claim, since nothing it could apply twice is written.
+    Unmoved(SettleOutcome),
+    /// Not for the payout to decide: the word was applied without a claim here (before #44, or
+    /// through the claims table), another word's claim is APPLYING here (one `open` entry per
+    /// item), or the claim does not fit (400 KB). The claims table decides, as before #44.
+    Elsewhere,
+}
+
 /// Who says a word about a payout, and what money and recipient it names (when it names
 /// them): a webhook, the answer to a send, a lookup's answer alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,10 +564,7 @@ pub fn judge_settle(
     }
     if current.words.iter().any(|w| w == word.as_str()) {
         // The status the word made may since have moved on; its movement stands.
-        let movement = word
-            .operation()
-            .filter(|op| current.moves.contains_key(op.as_str()))
-            .map(|op| (op, if op == Operation::PayoutPaid { -1 } else { 1 }));
+        let movement = applied_movement(&current, word);
         return Decided(SettleOutcome::AlreadyApplied {
             record: current,
             movement,
@@ -554,6 +580,14 @@ pub fn judge_settle(
         Settlement::Stale => Decided(SettleOutcome::Stale(current)),
         Settlement::Undecided => Decided(SettleOutcome::Undecided(current)),
     }
+}
+
+/// The movement a word applied to `record` made (its operation and sign), if it made one: what
+/// an attempt that finishes the word posts, without judging the word again.
+pub fn applied_movement(record: &PayoutRecord, word: TransferState) -> Option<(Operation, i64)> {
+    word.operation()
+        .filter(|op| record.moves.contains_key(op.as_str()))
+        .map(|op| (op, if op == Operation::PayoutPaid { -1 } else { 1 }))
 }
 
 /// **The one judge of a provider's word about a transfer**, whatever carried it (a webhook,
@@ -657,12 +691,50 @@ pub trait Payouts: Sync {
         provider_status: &str,
     ) -> impl Future<Output = Result<SettleOutcome, StoreError>> + Send;
 
+    /// Applies a final word as [`Payouts::settle_payout`] does, taking its claim (`key`) on the
+    /// payout in the same conditional write (#44).
+    fn settle_held(
+        &self,
+        id: &PayoutId,
+        word: HeldWordCall<'_>,
+        claim: NewHostClaim<'_>,
+    ) -> impl Future<Output = Result<HeldWord, StoreError>> + Send;
+
+    /// Takes over `key`'s claim on the payout from `previous`, whose lease ran out: `false` when
+    /// someone else took it over or finished it first.
+    fn take_over_word(
+        &self,
+        id: &PayoutId,
+        key: &IdempotencyKey,
+        previous: &OwnerToken,
+        token: &OwnerToken,
+        lease_ms: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Marks `key`'s claim on the payout DONE with `answer`, only if `token` still owns it.
+    fn finalize_word(
+        &self,
+        id: &PayoutId,
+        key: &IdempotencyKey,
+        token: &OwnerToken,
+        answer: &StoredResponse,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
     /// Open payouts untouched since before `before_ms`, oldest first.
     fn open_payouts(
         &self,
         before_ms: i64,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<PayoutRecord>, StoreError>> + Send;
+}
+
+/// One settlement word as [`Payouts::settle_held`] applies it.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldWordCall<'a> {
+    pub origin: &'a WordOrigin,
+    pub word: TransferState,
+    pub provider_status: &'a str,
+    pub key: &'a IdempotencyKey,
 }
 
 /// A provider's word about a transfer, as its API answered it: judged by [`foreign`] exactly

@@ -46,7 +46,12 @@ impl<S: Store> Pipeline<S> {
         }
         let (payment, resumed) = match outcome {
             DisputeOutcome::Applied(p) => (p, false),
-            DisputeOutcome::AlreadyApplied(p) => (p, true),
+            DisputeOutcome::AlreadyApplied(p) => {
+                match super::held_won(p.held_claims.get(key.as_str()), key) {
+                    Some(settled) => return Ok(settled),
+                    None => (p, true),
+                }
+            }
             // Not paid yet: no account or shard to move money on; the provider (or
             // reconciliation's parked step) re-drives it once the payment is paid.
             DisputeOutcome::NotYetPaid(_) => return Ok(Settled::NothingMoved(parked(key))),

@@ -42,8 +42,8 @@ use crate::payments::{
     RegisterOutcome, ReversalJudgement, ReversalOutcome, ReversalWrite, StateOutcome,
 };
 use crate::payouts::{
-    calls, judge_settle, NewPayout, PayoutId, PayoutRecord, Payouts, SettleJudgement,
-    SettleOutcome, WordOrigin,
+    calls, judge_settle, HeldWord, HeldWordCall, NewPayout, PayoutId, PayoutRecord, Payouts,
+    SettleJudgement, SettleOutcome, WordOrigin,
 };
 use crate::store::StoreError;
 
@@ -662,6 +662,44 @@ impl<S: Payouts + Send + Sync> Payouts for DryRun<S> {
         _note: calls::ProviderNote<'_>,
     ) -> Result<(), StoreError> {
         Err(read_only("note_provider"))
+    }
+
+    /// A word whose claim is on its payout is judged from it; any other goes the claims
+    /// table's way, which this store already answers by judgement.
+    async fn settle_held(
+        &self,
+        id: &PayoutId,
+        word: HeldWordCall<'_>,
+        _claim: NewHostClaim<'_>,
+    ) -> Result<HeldWord, StoreError> {
+        Ok(match self.inner.payout(id).await? {
+            Some(p) => match p.held_claims.get(word.key.as_str()).cloned() {
+                Some(claim) => HeldWord::Claimed(p, claim),
+                None => HeldWord::Elsewhere,
+            },
+            None => HeldWord::Elsewhere,
+        })
+    }
+
+    async fn take_over_word(
+        &self,
+        _id: &PayoutId,
+        _key: &IdempotencyKey,
+        _previous: &OwnerToken,
+        _token: &OwnerToken,
+        _lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn finalize_word(
+        &self,
+        _id: &PayoutId,
+        _key: &IdempotencyKey,
+        _token: &OwnerToken,
+        _answer: &StoredResponse,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        Ok(FinalizeOutcome::Done)
     }
 
     /// A dry run flags nothing: its answer already says the word is a conflict.

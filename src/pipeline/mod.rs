@@ -460,6 +460,15 @@ impl<S: Store> Pipeline<S> {
                 }
             }
         }
+        // So does a word about a payout payhook sent (`transfers`), on its payout.
+        if let EventKind::Transfer(t) = &ev.kind {
+            if ev.event_type != RESUME_EVENT_TYPE {
+                let on_payout = self.word_on_payout(ev, t, &key, &fingerprint, lease_ms);
+                if let Some(answer) = on_payout.await? {
+                    return Ok(answer);
+                }
+            }
+        }
         let (token, took_over) = match self.store.claim(&key, &fingerprint, lease_ms).await? {
             ClaimOutcome::Claimed { token, took_over } => {
                 if took_over {
@@ -672,7 +681,12 @@ impl<S: Store> Pipeline<S> {
         }
         let (payment, resumed) = match outcome {
             RefundOutcome::Applied(p) => (p, false),
-            RefundOutcome::AlreadyApplied(p) => (p, true),
+            RefundOutcome::AlreadyApplied(p) => {
+                match held_won(p.held_claims.get(key.as_str()), key) {
+                    Some(settled) => return Ok(settled),
+                    None => (p, true),
+                }
+            }
             RefundOutcome::NotYetPaid(_) if uncredited == Uncredited::Park => {
                 return Ok(Settled::NothingMoved(parked(key)))
             }
@@ -716,7 +730,12 @@ impl<S: Store> Pipeline<S> {
             .await?
         {
             ReversalOutcome::Applied(p) => (p, false),
-            ReversalOutcome::AlreadyApplied(p) => (p, true),
+            ReversalOutcome::AlreadyApplied(p) => {
+                match held_won(p.held_claims.get(key.as_str()), key) {
+                    Some(settled) => return Ok(settled),
+                    None => (p, true),
+                }
+            }
             ReversalOutcome::Voided(_) => return Ok(Settled::Final(voided(ev, r))),
             ReversalOutcome::NotYetPaid => return Ok(Settled::NothingMoved(parked(key))),
             ReversalOutcome::Mismatch(m, _) => {
@@ -762,6 +781,23 @@ impl<S: Store> Pipeline<S> {
             .await?;
         Ok(settled)
     }
+}
+
+/// What the claims table's path answers a movement it finds applied under a claim held on its
+/// item (#44), if there is one: that claim won (its write applied the movement with it), so its
+/// stored answer is this key's, or it is still running and this attempt retries later (its
+/// claims-table claim released). `None`: no claim there, the path finishes the movement.
+fn held_won(
+    claim: Option<&crate::idempotency::HostClaim>,
+    key: &IdempotencyKey,
+) -> Option<Settled> {
+    Some(match &claim?.state {
+        ClaimState::Done(stored) => Settled::Final(Answer::replay(stored.clone())),
+        ClaimState::DoneUnrecorded { status } => {
+            Settled::Final(Answer::replay(StoredResponse::unrecorded(*status)))
+        }
+        ClaimState::InProgress { .. } => Settled::NothingMoved(in_flight(key, 1_000)),
+    })
 }
 
 /// The movement of `kind` whose claim its payment can hold (#44), if it is one. A

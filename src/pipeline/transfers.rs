@@ -4,14 +4,45 @@
 //! reservation once; a success after a failure debits it again once; anything else only moves
 //! the status (see [`crate::payouts::settle`]). Money a provider returns or takes is its word:
 //! applied, never refused.
+//!
+//! # A word in four calls (#44)
+//!
+//! A word about a payout payhook sent holds its claim on the payout item, taken by the write
+//! that applies the word, so the claims table is not written (`dynamodb::payout_words`):
+//!
+//! | # | call | condition |
+//! |---|---|---|
+//! | 0 | `GetItem` payout (consistent) | the word is judged from it: a claim for its key there is judged by the claim crate's one judge; a word that moves nothing (stale, undecided, foreign, no payout) is answered without a claim |
+//! | 1 | `UpdateItem` payout: the word (status, movement time, `words`) + its claim APPLYING (`rc#{key}`) and `open = POSTING#{shard}`, `ALL_NEW` | the word's own (status it moves from, provider, not applied) and no claim for this key, none APPLYING on the payout |
+//! | 2 | `PutItem` ledger entry (only a word that moves money) | `attribute_not_exists` |
+//! | 3 | `UpdateItem` payout: the claim DONE + the answer, `REMOVE open` | `rc#{key}.ow = me AND rc#{key}.st = APPLYING` |
+//! | 4 | `PutItem` delivery log | as every delivery |
+//!
+//! A duplicate reads the payout (call 0) and replays the stored answer byte for byte: two
+//! calls with its log entry. APPLYING under a live lease answers 409; an expired lease is taken
+//! over under a condition on its owner and the word's movement is posted and the claim
+//! finished, without judging the word again (write 1 judged it, atomically with the claim).
+//! A word applied without a claim here (before #44, or through the claims table) and a payout
+//! whose other word's claim is APPLYING go the claims table's way, unchanged; that path's write
+//! never takes a payout off `POSTING`. Reconciliation finds a word left APPLYING under
+//! `POSTING` (`Payments::stuck_credits` reads every claim held on an item) and resumes it here.
 
 use serde::Serialize;
 
-use super::{ignored, retry_later, Answer, Pipeline, PipelineError, Settled, Store};
-use crate::domain::{IdempotencyKey, NormalisedEvent, Operation, TransferFacts};
+use super::{
+    ignored, in_flight, not_ours, retry_later, Answer, Pipeline, PipelineError, Settled, Store,
+};
+use crate::domain::{Fingerprint, IdempotencyKey, NormalisedEvent, Operation, TransferFacts};
 use crate::eventlog::Outcome;
+use crate::idempotency::{
+    judge_existing, ClaimOutcome, Existing, FinalizeOutcome, NewHostClaim, OwnerToken,
+    StoredResponse,
+};
 use crate::ledger::{PostOutcome, Posting};
-use crate::payouts::{flags_a_person, PayoutId, PayoutRecord, SettleOutcome, WordOrigin};
+use crate::payouts::{
+    applied_movement, flags_a_person, HeldWord, HeldWordCall, PayoutId, PayoutRecord,
+    SettleOutcome, WordOrigin,
+};
 
 /// The answer to a settlement word (stored on its key, replayed to duplicates).
 #[derive(Serialize)]
@@ -29,7 +60,138 @@ struct Settlement<'a> {
 /// Milliseconds a provider is asked to wait when its word is about a payout still deciding.
 const UNDECIDED_RETRY_MS: i64 = 5_000;
 
+/// Rounds of read -> judge -> takeover before answering "in flight": only reached when other
+/// attempts keep taking the claim over under us, which a retry later settles.
+const WORD_ROUNDS: usize = 3;
+
+fn origin_of(ev: &NormalisedEvent, facts: &TransferFacts) -> WordOrigin {
+    WordOrigin {
+        provider: ev.provider,
+        money: facts.money,
+        recipient: facts.recipient.clone(),
+    }
+}
+
 impl<S: Store> Pipeline<S> {
+    /// The word with its claim on its payout (see the module doc). `None`: the claims table
+    /// decides it (the caller's path).
+    pub(super) async fn word_on_payout(
+        &self,
+        ev: &NormalisedEvent,
+        facts: &TransferFacts,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        lease_ms: i64,
+    ) -> Result<Option<Answer>, PipelineError> {
+        let Some(id) = PayoutId::parse(facts.reference.as_str()) else {
+            // Not a reference payhook makes: a transfer someone else sent moves nothing.
+            return Ok(Some(ignored(ev)));
+        };
+        let origin = origin_of(ev, facts);
+        let word = HeldWordCall {
+            origin: &origin,
+            word: facts.state,
+            provider_status: &facts.provider_status,
+            key,
+        };
+        let token = OwnerToken::generate();
+        for _ in 0..WORD_ROUNDS {
+            let claim = NewHostClaim {
+                token: &token,
+                lease_ms,
+                fingerprint,
+            };
+            let (record, held) = match self.store.settle_held(&id, word, claim).await? {
+                HeldWord::Elsewhere => return Ok(None),
+                HeldWord::Unmoved(outcome) => {
+                    let (Settled::Final(answer) | Settled::NothingMoved(answer)) =
+                        self.word_answer(ev, key, &origin, outcome).await?;
+                    return Ok(Some(answer));
+                }
+                HeldWord::Taken { record, movement } => {
+                    let applied = SettleOutcome::Applied { record, movement };
+                    let answer = self.finish_word(ev, key, &origin, applied, &token);
+                    return answer.await.map(Some);
+                }
+                HeldWord::Claimed(record, held) => (record, held),
+            };
+            let now_ms = self.store.now_ms();
+            match judge_existing(&held.record(key), fingerprint, now_ms, &token) {
+                // Our own token: the SDK resent write 1 after losing its reply.
+                Existing::Decided(ClaimOutcome::Claimed { .. }) => {
+                    let answer = self.resume_word(ev, key, &origin, record, &token);
+                    return answer.await.map(Some);
+                }
+                Existing::Decided(other) => return Ok(Some(not_ours(other, key))),
+                Existing::TakeOver { previous_owner } => {
+                    let took =
+                        self.store
+                            .take_over_word(&id, key, &previous_owner, &token, lease_ms);
+                    if took.await? {
+                        tracing::info!(key = %key, "took over an expired claim on its payout; resuming its steps");
+                        let mut answer = self.resume_word(ev, key, &origin, record, &token).await?;
+                        answer.took_over = true;
+                        return Ok(Some(answer));
+                    }
+                    // Someone else took it over or finished it first: judge again.
+                }
+            }
+        }
+        Ok(Some(in_flight(key, 1_000)))
+    }
+
+    /// Finishes a word whose claim's write applied it: its movement, as that write made it
+    /// (not judged again: the claim holds the fingerprint, not the money the word named).
+    async fn resume_word(
+        &self,
+        ev: &NormalisedEvent,
+        key: &IdempotencyKey,
+        origin: &WordOrigin,
+        record: PayoutRecord,
+        token: &OwnerToken,
+    ) -> Result<Answer, PipelineError> {
+        let word = match &ev.kind {
+            crate::domain::EventKind::Transfer(t) => t.state,
+            _ => return Ok(ignored(ev)),
+        };
+        let movement = applied_movement(&record, word);
+        let applied = SettleOutcome::AlreadyApplied { record, movement };
+        self.finish_word(ev, key, origin, applied, token).await
+    }
+
+    /// Writes 2 and 3: the word's movement, then its claim DONE with the answer.
+    async fn finish_word(
+        &self,
+        ev: &NormalisedEvent,
+        key: &IdempotencyKey,
+        origin: &WordOrigin,
+        applied: SettleOutcome,
+        token: &OwnerToken,
+    ) -> Result<Answer, PipelineError> {
+        let payout = match &applied {
+            SettleOutcome::Applied { record, .. }
+            | SettleOutcome::AlreadyApplied { record, .. } => record.payout.clone(),
+            _ => return Ok(ignored(ev)),
+        };
+        let (Settled::Final(answer) | Settled::NothingMoved(answer)) =
+            self.word_answer(ev, key, origin, applied).await?;
+        let stored = StoredResponse {
+            status: answer.status,
+            body: answer.body.clone(),
+        };
+        let finalized = self
+            .store
+            .finalize_word(&payout, key, token, &stored)
+            .await?;
+        Ok(match finalized {
+            FinalizeOutcome::Done => answer,
+            // Our lease ran out and a successor finished first: its answer stands.
+            FinalizeOutcome::Superseded(Some(theirs)) => Answer::replay(theirs),
+            // A successor holds the claim and has not finished: it will.
+            FinalizeOutcome::Superseded(None) => in_flight(key, 1_000),
+        })
+    }
+
     pub(super) async fn transfer(
         &self,
         ev: &NormalisedEvent,
@@ -40,15 +202,28 @@ impl<S: Store> Pipeline<S> {
             // Not a reference payhook makes: a transfer someone else sent.
             return Ok(Settled::NothingMoved(ignored(ev)));
         };
-        let origin = WordOrigin {
-            provider: ev.provider,
-            money: facts.money,
-            recipient: facts.recipient.clone(),
-        };
+        let origin = origin_of(ev, facts);
         let outcome = self
             .store
             .settle_payout(&id, origin.clone(), facts.state, &facts.provider_status)
             .await?;
+        if let SettleOutcome::AlreadyApplied { record, .. } = &outcome {
+            if let Some(settled) = super::held_won(record.held_claims.get(key.as_str()), key) {
+                return Ok(settled);
+            }
+        }
+        self.word_answer(ev, key, &origin, outcome).await
+    }
+
+    /// What a word's settle outcome answers, after posting the movement it made (idempotent by
+    /// the word's key, so a resumed attempt posts it once).
+    async fn word_answer(
+        &self,
+        ev: &NormalisedEvent,
+        key: &IdempotencyKey,
+        origin: &WordOrigin,
+        outcome: SettleOutcome,
+    ) -> Result<Settled, PipelineError> {
         let (record, movement, resumed) = match outcome {
             SettleOutcome::Applied { record, movement } => (record, movement, false),
             SettleOutcome::AlreadyApplied { record, movement } => (record, movement, true),
@@ -72,7 +247,7 @@ impl<S: Store> Pipeline<S> {
                 tracing::warn!(payout = %record.payout, provider = %ev.provider, reason, "a settlement word not about this payout moved nothing");
                 // The payout's own provider holds something else under its reference: a
                 // person must look, and nothing is sent under it again.
-                if flags_a_person(&record, &origin) {
+                if flags_a_person(&record, origin) {
                     tracing::error!(payout = %record.payout, provider = %ev.provider, reason, "payout unresolved: its provider's word names other money or another recipient");
                     self.store.note_conflict(&record.payout, &reason).await?;
                 }

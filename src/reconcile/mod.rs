@@ -293,8 +293,8 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
         let store = self.pipeline.store();
         let now_ms = store.now_ms();
         // Claims the claims table holds, resumed through it; then credits, refunds, reversals
-        // and dispute movements whose claim is held on their payment (#32, #44), resumed
-        // through the payment.
+        // and dispute movements whose claim is held on their payment, and payout settlement
+        // words held on their payout (#32, #44), resumed through that item.
         let claims = store.stuck_claims(now_ms, self.settings.max_items).await?;
         let credits = store.stuck_credits(now_ms, self.settings.max_items).await?;
         let stuck = claims
@@ -335,7 +335,9 @@ impl<S: Store, A: ProviderApi + crate::payouts::Transfers> Reconciler<'_, S, A> 
                     RESUME_REFUND_EVENT_TYPE
                 }
                 (
-                    EventKind::Dispute { .. } | EventKind::RefundReversed(_),
+                    EventKind::Dispute { .. }
+                    | EventKind::RefundReversed(_)
+                    | EventKind::Transfer(_),
                     RESUME_CREDIT_EVENT_TYPE,
                 ) => RESUME_HELD_EVENT_TYPE,
                 _ => event_type,

@@ -12,7 +12,7 @@ use payhook::dynamodb::schema::ALL;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{ClaimOutcome, Claims};
 use payhook::ledger::{Layout, Ledger, Posting};
-use payhook_tools::capacity::{classes, refund_classes, scenario, Model};
+use payhook_tools::capacity::{classes, refund_classes, scenario, word_classes, Model};
 use payhook_tools::recorder::{CapacityRecorder, Totals};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,6 +27,7 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
     let per = classes(&mut model, 4_096, 6).await.unwrap();
     let small = classes(&mut model, 1_024, 4).await.unwrap();
     let refunds = refund_classes(&mut model, 4).await.unwrap();
+    let words = word_classes(&mut model, 4).await.unwrap();
     let wide = scenario(&mut model, "wide", 10_000.0, 10_000, 0.3, 80)
         .await
         .unwrap();
@@ -72,6 +73,22 @@ async fn no_key_is_shared_by_every_delivery_and_write_units_stay_within_targets(
         assert_eq!(requests(dup, "UpdateItem"), 1.0, "{dup:?}");
     }
     assert_eq!(requests(&refunds[2], "GetItem"), 0.0, "{:?}", refunds[2]);
+    // AND a payout's settlement word is its read and its 4 writes (#44: its claim on its
+    // payout; it was 3 PutItem, 2 UpdateItem and 2 GetItem with the claims table's), 9 units
+    // (the payout's `open` index entry moves PAYOUT -> POSTING and goes: 3 of them), and its
+    // duplicate the read and the log
+    let (new_word, dup_word) = (&words[0], &words[1]);
+    let calls = |p| {
+        (
+            requests(p, "UpdateItem"),
+            requests(p, "GetItem"),
+            requests(p, "PutItem"),
+        )
+    };
+    assert_eq!(calls(new_word), (2.0, 1.0, 2.0), "{new_word:?}");
+    assert_eq!(calls(dup_word), (0.0, 1.0, 1.0), "{dup_word:?}");
+    assert!(new_word.write_units <= 9.0, "{new_word:?}");
+    assert!(dup_word.write_units <= 3.0, "{dup_word:?}");
     // AND every key many deliveries write is one of a family spread over shards, each shard
     // well under DynamoDB's 1,000 write units/s at 10,000 deliveries/s and at 1,000 credits/s
     for s in [&wide, &hot] {

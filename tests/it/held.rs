@@ -372,26 +372,39 @@ async fn payment_at(
     store: &DynamoStore,
     payment: &str,
 ) -> std::collections::HashMap<String, AttributeValue> {
+    item_at(store, &format!("generic#{payment}")).await
+}
+
+/// The payments table's item `pk`, read consistently.
+async fn item_at(
+    store: &DynamoStore,
+    pk: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
     store
         .client()
         .get_item()
         .table_name(store.tables().payments.clone())
-        .key("pk", AttributeValue::S(format!("generic#{payment}")))
+        .key("pk", AttributeValue::S(pk.to_owned()))
         .consistent_read(true)
         .send()
         .await
         .unwrap()
         .item
-        .expect("the payment item")
+        .expect("the item")
 }
 
 /// Pads `payment` with a string attribute `pad` of `len` bytes (`3 + len` on the item).
 async fn pad(store: &DynamoStore, payment: &str, len: usize) {
+    pad_item(store, &format!("generic#{payment}"), len).await;
+}
+
+/// Pads the payments table's item `pk` as [`pad`] does.
+async fn pad_item(store: &DynamoStore, pk: &str, len: usize) {
     store
         .client()
         .update_item()
         .table_name(store.tables().payments.clone())
-        .key("pk", AttributeValue::S(format!("generic#{payment}")))
+        .key("pk", AttributeValue::S(pk.to_owned()))
         .update_expression("SET #pad = :p")
         .expression_attribute_names("#pad", "pad")
         .expression_attribute_values(":p", AttributeValue::S("x".repeat(len)))
@@ -518,4 +531,270 @@ async fn a_refund_whose_claim_does_not_fit_on_its_payment_is_claimed_in_the_clai
         (true, first.body.as_str())
     );
     assert_eq!(balance(&store, "w_l2").await, (0, 2));
+}
+
+/// A failure word about the payout `id`, as the generic provider sends it.
+fn payout_failed(event_id: &str, id: &str) -> String {
+    common::event_body(
+        event_id,
+        "transfer.failed",
+        serde_json::json!({"reference": id, "amount": 100, "currency": "NGN"}),
+    )
+}
+
+#[tokio::test]
+async fn a_payout_words_answer_is_kept_at_one_under_and_at_400_kb_and_finished_without_it_over() {
+    use payhook::domain::{Operation, TransferState};
+    use payhook::payouts::{HeldWord, HeldWordCall, PayoutId, Payouts, WordOrigin};
+    let store = store("pwlimit").await;
+    let body = "{\"status\":\"applied\",\"answer\":\"".to_owned() + &"a".repeat(300) + "\"}";
+    let answer = StoredResponse { status: 200, body };
+    let origin = WordOrigin {
+        provider: ProviderId::GENERIC,
+        money: None,
+        recipient: None,
+    };
+    let fp = payhook::domain::Fingerprint::from_stored("fp-of-the-word".into());
+    for over in [-1i64, 0, 1] {
+        // GIVEN a sent payout whose failure word's claim was taken on it (APPLYING), padded so
+        // that the claim DONE with the answer makes it 400 KB + `over` bytes
+        let id = PayoutId::parse(&format!("po_{:032x}", over + 1)).unwrap();
+        payhook_tools::capacity::sent_payout(&store, id.as_str(), "w_plim")
+            .await
+            .unwrap();
+        let key = IdempotencyKey::new(
+            ProviderId::GENERIC,
+            Operation::PayoutFailed,
+            &id.reference(),
+        );
+        let word = HeldWordCall {
+            origin: &origin,
+            word: TransferState::Failed,
+            provider_status: "failed",
+            key: &key,
+        };
+        let token = OwnerToken::generate();
+        let claim = NewHostClaim {
+            token: &token,
+            lease_ms: 30_000,
+            fingerprint: &fp,
+        };
+        let taken = store.settle_held(&id, word, claim).await.unwrap();
+        assert!(matches!(taken, HeldWord::Taken { .. }), "{taken:?}");
+        let pk = format!("payout#{id}");
+        let applying = item_at(&store, &pk).await;
+        let open = attribute_bytes(&applying, "open");
+        // As a refund's claim on its payment (above): DONE 4 bytes shorter, `as` and `ab` join.
+        let finalize_delta = 5 + (3 + answer.body.len()) - 4;
+        let finished = item_size::item_bytes(&applying) + finalize_delta - open;
+        let target = (item_size::MAX_ITEM_BYTES as i64 + over) as usize;
+        pad_item(&store, &pk, target - finished - 3).await;
+
+        // WHEN the claim is finalized with its answer
+        let done = store
+            .finalize_word(&id, &key, &token, &answer)
+            .await
+            .unwrap();
+
+        // THEN it is DONE either way; at and under the limit with the answer (the item exactly
+        // that size), over it with the status alone
+        assert_eq!(done, FinalizeOutcome::Done, "{over}");
+        let item = item_at(&store, &pk).await;
+        let claim = item.get(&format!("rc#{key}")).unwrap().as_m().unwrap();
+        assert_eq!(claim["st"].as_s().unwrap(), "DONE", "{over}");
+        assert!(!item.contains_key("open"), "{over}");
+        let record = store.payout(&id).await.unwrap().unwrap();
+        let state = record.held_claims[key.as_str()].state.clone();
+        if over <= 0 {
+            assert_eq!(item_size::item_bytes(&item), target, "{over}");
+            assert_eq!(state, ClaimState::Done(answer.clone()), "{over}");
+        } else {
+            assert!(
+                item_size::item_bytes(&item) < item_size::MAX_ITEM_BYTES,
+                "{over}"
+            );
+            assert_eq!(state, ClaimState::DoneUnrecorded { status: 200 }, "{over}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_payout_word_whose_claim_does_not_fit_on_its_payout_is_claimed_in_the_claims_table() {
+    // GIVEN a sent payout failed the usual way (the claim on it), to size a word's write, and a
+    // payout like it padded so that the word's write fits without its claim but not with it
+    let store = store("pwlimit1").await;
+    let app = app(store.clone(), 30_000);
+    let (s, t) = (
+        "po_000000000000000000000000000000a1",
+        "po_000000000000000000000000000000a2",
+    );
+    for id in [s, t] {
+        payhook_tools::capacity::sent_payout(&store, id, "w_pl1")
+            .await
+            .unwrap();
+    }
+    let before = item_size::item_bytes(&item_at(&store, &format!("payout#{s}")).await);
+    let r = send(&app, signed(&payout_failed("e_s", s))).await;
+    assert_eq!(r.json()["status"], "applied", "{r:?}");
+    let after = item_at(&store, &format!("payout#{s}")).await;
+    let claim_done = attribute_bytes(&after, &format!("rc#generic:payout_failed:{s}"));
+    // `plain` is what the word's write adds without its claim (its `open` entry removed).
+    let plain = item_size::item_bytes(&after) as i64 - claim_done as i64 - before as i64;
+    // The claim while APPLYING, and `open` = `POSTING#n` (4 + 9 or 10 bytes).
+    let claim_applying = claim_done - 5 - (3 + r.body.len()) + 4 + 13;
+    assert!(claim_applying > 100, "{claim_applying}");
+    let aim = item_size::MAX_ITEM_BYTES as i64 - plain - (claim_applying / 2) as i64;
+    let start = item_size::item_bytes(&item_at(&store, &format!("payout#{t}")).await) as i64;
+    pad_item(&store, &format!("payout#{t}"), (aim - start - 3) as usize).await;
+
+    // WHEN the padded payout's failure comes, and comes again
+    let first = send(&app, signed(&payout_failed("e_t", t))).await;
+    let again = send(&app, signed(&payout_failed("e_t2", t))).await;
+
+    // THEN it applied once through the claims table (no claim on the payout), its duplicate
+    // replays the claims table's answer, and the payout is credited back once
+    assert_eq!((first.status, first.replayed), (200, false), "{first:?}");
+    assert_eq!(first.json()["status"], "applied");
+    let key = format!("generic:payout_failed:{t}");
+    assert!(claims_table_holds(&store, &key).await);
+    let item = item_at(&store, &format!("payout#{t}")).await;
+    assert!(!item.contains_key(&format!("rc#{key}")));
+    assert!(!item.contains_key("open"));
+    assert!(item_size::item_bytes(&item) <= item_size::MAX_ITEM_BYTES);
+    assert_eq!(
+        (again.replayed, again.body.as_str()),
+        (true, first.body.as_str())
+    );
+    assert_eq!(balance(&store, "w_pl1").await, (200, 2));
+}
+
+/// Delivers `kind` through the claims table's path (as reconciliation resumes a claims-table
+/// claim), skipping the path that claims on the item.
+async fn through_the_claims_table(
+    store: &DynamoStore,
+    kind: payhook::domain::EventKind,
+) -> payhook::pipeline::Answer {
+    let event = payhook::domain::NormalisedEvent {
+        provider: ProviderId::GENERIC,
+        event_id: "evt_claims_path".into(),
+        event_type: payhook::pipeline::RESUME_EVENT_TYPE.into(),
+        kind,
+        transaction_id: None,
+    };
+    payhook::pipeline::Pipeline::new(store.clone())
+        .process(payhook::pipeline::Delivered {
+            event: &event,
+            raw_body: "{}",
+            received_at_ms: payhook::domain::now_ms(),
+            lease_ms: 30_000,
+            replay_of: None,
+            started_by: None,
+            headers: Vec::new(),
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_claims_tables_path_defers_to_a_claim_that_won_on_the_item() {
+    use payhook::domain::{EventKind, Operation, TransferFacts, TransferState};
+    use payhook::payouts::{HeldWord, HeldWordCall, PayoutId, Payouts, WordOrigin};
+    // GIVEN a refund and a payout's failure word, each applied by an attempt whose claim on
+    // its item is still APPLYING (a delivery meeting a busy payment may reach the claims table
+    // meanwhile: two claims for one key, unless the second defers)
+    let store = store("hdwon").await;
+    let app = app(store.clone(), 30_000);
+    pay(&app, "pay_won", "w_won", 900).await;
+    let (facts, fp) = refund_facts("rf_won", "pay_won", 900);
+    let key = IdempotencyKey::from_stored("generic:refund:rf_won".into());
+    let token = OwnerToken::generate();
+    let claim = NewHostClaim {
+        token: &token,
+        lease_ms: 30_000,
+        fingerprint: &fp,
+    };
+    let held = store.hold(ProviderId::GENERIC, HeldMove::Refund(&facts), &key, claim);
+    assert!(matches!(held.await.unwrap(), Hosted::Taken(_)));
+    let id = PayoutId::parse("po_000000000000000000000000000000b1").unwrap();
+    payhook_tools::capacity::sent_payout(&store, id.as_str(), "w_won")
+        .await
+        .unwrap();
+    let word_key = IdempotencyKey::new(
+        ProviderId::GENERIC,
+        Operation::PayoutFailed,
+        &id.reference(),
+    );
+    let origin = WordOrigin {
+        provider: ProviderId::GENERIC,
+        money: None,
+        recipient: None,
+    };
+    let word = HeldWordCall {
+        origin: &origin,
+        word: TransferState::Failed,
+        provider_status: "failed",
+        key: &word_key,
+    };
+    let word_claim = NewHostClaim {
+        token: &token,
+        lease_ms: 30_000,
+        fingerprint: &fp,
+    };
+    let taken = store.settle_held(&id, word, word_claim).await.unwrap();
+    assert!(matches!(taken, HeldWord::Taken { .. }), "{taken:?}");
+    let refund = || EventKind::RefundSucceeded(facts.clone());
+    let failed = || {
+        EventKind::Transfer(TransferFacts {
+            reference: id.reference(),
+            state: TransferState::Failed,
+            provider_status: "failed".into(),
+            money: None,
+            recipient: None,
+        })
+    };
+
+    // WHEN each comes through the claims table's path
+    // THEN it answers "in flight" (retryable), posts nothing and keeps no claim there
+    for (what, kind, k) in [("refund", refund(), &key), ("word", failed(), &word_key)] {
+        let a = through_the_claims_table(&store, kind).await;
+        assert_eq!(a.status, 409, "{what}: {a:?}");
+        assert!(!claims_table_holds(&store, k.as_str()).await, "{what}");
+    }
+    assert_eq!(balance(&store, "w_won").await, (900, 1));
+
+    // WHEN the winners finish, and each comes through the claims table's path again
+    let answer = |body: &str| StoredResponse {
+        status: 200,
+        body: body.into(),
+    };
+    let done = store
+        .finalize_held(
+            ProviderId::GENERIC,
+            &facts.payment_reference,
+            &key,
+            &token,
+            &answer("{\"refund\":1}"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done, FinalizeOutcome::Done);
+    let done = store
+        .finalize_word(&id, &word_key, &token, &answer("{\"word\":1}"))
+        .await
+        .unwrap();
+    assert_eq!(done, FinalizeOutcome::Done);
+
+    // THEN it replays the winner's answer byte for byte, and moves no money of its own
+    for (what, kind, body) in [
+        ("refund", refund(), "{\"refund\":1}"),
+        ("word", failed(), "{\"word\":1}"),
+    ] {
+        let a = through_the_claims_table(&store, kind).await;
+        assert_eq!(
+            (a.status, a.replayed, a.body.as_str()),
+            (200, true, body),
+            "{what}"
+        );
+    }
+    assert_eq!(balance(&store, "w_won").await, (900, 1));
 }

@@ -388,3 +388,137 @@ async fn on_a_server_returning_all_old_a_dispute_movement_and_a_reversal_cost_fo
         }
     }
 }
+
+async fn sent_payout_item(store: &DynamoStore, id: &str, account: &str) {
+    payhook_tools::capacity::sent_payout(store, id, account)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn on_a_server_returning_all_old_a_settlement_word_costs_a_read_and_four_writes_and_a_zombie_is_fenced_without_a_read(
+) {
+    use payhook::domain::{Fingerprint, IdempotencyKey, Operation, ProviderId, TransferState};
+    use payhook::idempotency::{FinalizeOutcome, NewHostClaim, OwnerToken, StoredResponse};
+    use payhook::payouts::{HeldWord, HeldWordCall, PayoutId, Payouts, WordOrigin};
+
+    // GIVEN moto with the four tables, two sent payouts, and a counting client (#44)
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let store = counted(&counter, &moto, TableNames::with_prefix("motopw"));
+    store.create_tables().await.expect("create tables on moto");
+    let mut app = common::app(store.clone(), 30_000);
+    Arc::get_mut(&mut app).expect("sole owner").metrics = payhook::metrics::MetricsSink::Off;
+    let (a, b) = (
+        "po_0000000000000000000000000000000a",
+        "po_0000000000000000000000000000000b",
+    );
+    sent_payout_item(&store, a, "wallet_pw").await;
+    sent_payout_item(&store, b, "wallet_pw").await;
+    // A process reads the ledger layout once, at its first movement: warm it up first.
+    let warm = send(
+        &app,
+        signed(&payment_body("evt_warm", "pay_warm", "wallet_pw", 1, "NGN")),
+    )
+    .await;
+    assert_eq!(warm.status, 200, "{}", warm.body);
+    let word = |n: usize| {
+        common::event_body(
+            &format!("evt_pw_{n}"),
+            "transfer.failed",
+            serde_json::json!({"reference": a, "amount": 100, "currency": "NGN"}),
+        )
+    };
+
+    // WHEN the provider says the first failed, and says it again
+    counter.reset();
+    let first = send(&app, signed(&word(0))).await;
+
+    // THEN the payout's read, the word with its claim, the credit back, the claim DONE, the
+    // log; and the duplicate is the read and its log
+    assert_eq!(
+        (first.status, first.replayed),
+        (200, false),
+        "{}",
+        first.body
+    );
+    let counts = counter.snapshot();
+    eprintln!("new word on moto: {counts:?}");
+    assert_eq!(
+        (
+            counter.get("UpdateItem"),
+            counter.get("GetItem"),
+            counter.get("PutItem")
+        ),
+        (2, 1, 2),
+        "{counts:?}"
+    );
+    assert_eq!(counts.values().sum::<u64>(), 5, "{counts:?}");
+    counter.reset();
+    let dup = send(&app, signed(&word(1))).await;
+    assert_eq!(
+        (dup.replayed, dup.body.as_str()),
+        (true, first.body.as_str())
+    );
+    let counts = counter.snapshot();
+    assert_eq!(
+        (counter.get("GetItem"), counter.get("PutItem")),
+        (1, 1),
+        "{counts:?}"
+    );
+    assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+
+    // WHEN attempt A takes the second payout's word with a lease run out, B takes it over
+    let id = PayoutId::parse(b).unwrap();
+    let key = IdempotencyKey::new(
+        ProviderId::GENERIC,
+        Operation::PayoutFailed,
+        &id.reference(),
+    );
+    let origin = WordOrigin {
+        provider: ProviderId::GENERIC,
+        money: None,
+        recipient: None,
+    };
+    let call = HeldWordCall {
+        origin: &origin,
+        word: TransferState::Failed,
+        provider_status: "failed",
+        key: &key,
+    };
+    let fp = Fingerprint::from_stored("fp-of-the-word".into());
+    let (ta, tb) = (OwnerToken::generate(), OwnerToken::generate());
+    let claim = |token| NewHostClaim {
+        token,
+        lease_ms: 0,
+        fingerprint: &fp,
+    };
+    let taken = store.settle_held(&id, call, claim(&ta)).await.unwrap();
+    assert!(matches!(taken, HeldWord::Taken { .. }), "{taken:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert!(store
+        .take_over_word(&id, &key, &ta, &tb, 30_000)
+        .await
+        .unwrap());
+    let answer = StoredResponse {
+        status: 200,
+        body: "{\"by\":\"b\"}".into(),
+    };
+    assert_eq!(
+        store.finalize_word(&id, &key, &tb, &answer).await.unwrap(),
+        FinalizeOutcome::Done
+    );
+
+    // THEN A's takeover and finalize fail and are judged from the ALL_OLD image alone: one
+    // UpdateItem each, no read; A hears B's answer
+    counter.reset();
+    assert!(!store
+        .take_over_word(&id, &key, &ta, &ta, 30_000)
+        .await
+        .unwrap());
+    let late = store.finalize_word(&id, &key, &ta, &answer).await.unwrap();
+    assert_eq!(late, FinalizeOutcome::Superseded(Some(answer)));
+    let counts = counter.snapshot();
+    assert_eq!(counter.get("UpdateItem"), 2, "{counts:?}");
+    assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
+}

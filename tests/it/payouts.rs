@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::Request;
@@ -16,6 +17,7 @@ use common::faults::{invoke, Fault, FaultInjector, Invocation};
 use common::*;
 use payhook::config::Config;
 use payhook::domain::{AccountId, Currency, ProviderId};
+use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
 use payhook::http::payouts::PayoutAccess;
 use payhook::http::{App, ReadToken};
@@ -1390,4 +1392,349 @@ async fn a_payouts_console_page_tells_its_timeline_in_order() {
     let (missing, body) = payout_page(&store, "po_nosuch").await;
     assert_eq!(missing, 404, "{body}");
     assert!(body.contains("payhook payouts list"), "{body}");
+}
+
+// --- A settlement word's claim held on its payout (#44) ---
+
+/// The payout item `payout` as stored.
+async fn payout_item(store: &DynamoStore, payout: &str) -> HashMap<String, AttributeValue> {
+    scan(store, &store.tables().payments.clone())
+        .await
+        .into_iter()
+        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()) == Some(&format!("payout#{payout}")))
+        .expect("the payout item")
+}
+
+/// The state of the claim held on `payout` under `key` (`st` of `rc#{key}`), if there is one.
+async fn word_state(store: &DynamoStore, payout: &str, key: &str) -> Option<String> {
+    payout_item(store, payout)
+        .await
+        .get(&format!("rc#{key}"))
+        .and_then(|v| v.as_m().ok())
+        .and_then(|m| m.get("st"))
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+}
+
+/// The payout's `open` index entry, if it is listed.
+async fn open_entry(store: &DynamoStore, payout: &str) -> Option<String> {
+    payout_item(store, payout)
+        .await
+        .get("open")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+}
+
+/// A new payout of 100 NGN from `account` under `key`, sent and still deciding at the provider.
+async fn sent_payout(app: &Arc<App<DynamoStore>>, account: &str, key: &str) -> String {
+    let r = pay(
+        app,
+        payout_request(key, &payout_body(account, 100), Some(TOKEN)),
+    )
+    .await;
+    assert_eq!(r.payout_status.as_deref(), Some("sent"), "{:?}", r.body);
+    r.body["payout"].as_str().unwrap().to_owned()
+}
+
+/// How many ledger entries of `account` carry `key`.
+async fn entries_under(store: &DynamoStore, account: &str, key: &str) -> usize {
+    let entries = store
+        .entries(&AccountId::parse(account).unwrap())
+        .await
+        .unwrap();
+    entries.iter().filter(|p| p.key.as_str() == key).count()
+}
+
+#[tokio::test]
+async fn a_settlement_word_costs_a_read_and_four_writes_and_its_duplicate_a_read_and_its_log() {
+    // GIVEN a funded wallet and two payouts sent, the provider still deciding (the process's
+    // layout read is behind us)
+    let base = store("pw_cost").await;
+    let counter = RequestCounter::new();
+    let counted = store_with(&base, sdk_builder().interceptor(counter.clone()));
+    let (url, _fake) = fake_transfers().await;
+    let app = payout_app(counted.clone(), &url);
+    fund(&app, "wallet_c", 1_000, "pay_fundc").await;
+    let a = sent_payout(&app, "wallet_c", "c1").await;
+    let b = sent_payout(&app, "wallet_c", "c2").await;
+    let calls = |c: &RequestCounter| (c.get("UpdateItem"), c.get("GetItem"), c.get("PutItem"));
+    let key_a = format!("generic:payout_failed:{a}");
+
+    // WHEN the provider says the first failed
+    counter.reset();
+    let first = send(&app, signed(&transfer_webhook("transfer.failed", &a, 0))).await;
+
+    // THEN it read the payout, took the word with its claim in one write, posted the credit
+    // back, finished the claim and logged the delivery: the claims table was not written (it
+    // was 3 PutItem, 2 UpdateItem and 2 GetItem when it held the claim)
+    assert_eq!((first.status, first.replayed), (200, false), "{first:?}");
+    assert_eq!(first.json()["status"], "applied");
+    assert_eq!(calls(&counter), (2, 1, 2), "{:?}", counter.snapshot());
+    assert_eq!(counter.get("Query"), 0);
+    assert_eq!(word_state(&base, &a, &key_a).await.as_deref(), Some("DONE"));
+    assert_eq!(open_entry(&base, &a).await, None);
+    assert!(!common::held::claims_table_holds(&base, &key_a).await);
+    assert_eq!(balance(&base, "wallet_c").await, 900);
+
+    // AND each duplicate replays the stored bytes from the read: two calls with its log
+    for n in 1..3 {
+        counter.reset();
+        let dup = send(&app, signed(&transfer_webhook("transfer.failed", &a, n))).await;
+        assert!(dup.replayed, "{dup:?}");
+        assert_eq!(dup.body, first.body);
+        assert_eq!(calls(&counter), (0, 1, 1), "{:?}", counter.snapshot());
+    }
+
+    // AND a success settles the second payout with its claim the same way, with no ledger entry
+    // (its reservation already debited it), and a failure after it (stale: the provider's paid
+    // outranks it) is answered from the read with no claim written at all
+    counter.reset();
+    let paid = send(&app, signed(&transfer_webhook("transfer.succeeded", &b, 0))).await;
+    assert_eq!(paid.json()["status"], "applied", "{paid:?}");
+    assert_eq!(calls(&counter), (2, 1, 1), "{:?}", counter.snapshot());
+    counter.reset();
+    let late = send(&app, signed(&transfer_webhook("transfer.failed", &b, 1))).await;
+    assert_eq!(
+        (late.status, late.json()["status"].as_str()),
+        (200, Some("stale"))
+    );
+    assert_eq!(calls(&counter), (0, 1, 1), "{:?}", counter.snapshot());
+    let key_late = format!("generic:payout_failed:{b}");
+    assert_eq!(word_state(&base, &b, &key_late).await, None);
+    assert!(!common::held::claims_table_holds(&base, &key_late).await);
+
+    // AND the money moved once each: the failed payout credited back, the paid one debited
+    assert_eq!(balance(&base, "wallet_c").await, 900);
+    assert_eq!(entries_under(&base, "wallet_c", &key_a).await, 1);
+    let paid_key = format!("generic:payout_paid:{b}");
+    assert_eq!(entries_under(&base, "wallet_c", &paid_key).await, 0);
+}
+
+#[tokio::test]
+async fn a_fault_at_any_call_of_a_settlement_word_is_finished_by_the_retry_once() {
+    let base = store("pw_fault").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let (url, _fake) = fake_transfers().await;
+    // Payouts are made with time for a provider call; their words are heard with a short
+    // lease, so a retry takes over a claim a crash left.
+    let maker = payout_app(store.clone(), &url);
+    let words = payout_app_with_lease(store.clone(), &url, 150);
+    fund(&maker, "wallet_f", 10_000, "pay_fundf").await;
+    for step in 0..5 {
+        for fault in common::faults::ALL_FAULTS {
+            // GIVEN a payout sent, and its failure word meeting `fault` at call `step` (the
+            // payout's read, the word with its claim, the credit back, the claim DONE, the log)
+            let id = sent_payout(&maker, "wallet_f", &format!("f{step}_{fault:?}")).await;
+            let key = format!("generic:payout_failed:{id}");
+            let body = transfer_webhook("transfer.failed", &id, step);
+            let inv = Invocation::new(Some((step, fault)));
+            let first = invoke(inv.clone(), send(&words, signed(&body))).await;
+            assert!(inv.fired(), "{id} {step} {fault:?}: the fault never fired");
+            assert!(
+                first.status == 503 || first.status == 200,
+                "{step} {fault:?}: {} {}",
+                first.status,
+                first.body
+            );
+
+            // WHEN the provider retries until it hears a final answer
+            let last = common::held::until_settled(&words, &body).await;
+
+            // THEN it applied, its claim on the payout is DONE, the payout is off the open
+            // index, the claims table was never written, a duplicate replays, and the credit
+            // back is in the ledger once
+            assert_eq!(last.status, 200, "{step} {fault:?}: {}", last.body);
+            assert_eq!(last.json()["status"], "applied", "{step} {fault:?}");
+            assert_eq!(
+                word_state(&store, &id, &key).await.as_deref(),
+                Some("DONE"),
+                "{step} {fault:?}"
+            );
+            assert_eq!(open_entry(&store, &id).await, None, "{step} {fault:?}");
+            assert!(!common::held::claims_table_holds(&store, &key).await);
+            let again = send(&words, signed(&body)).await;
+            assert_eq!(
+                (again.replayed, again.body.as_str()),
+                (true, last.body.as_str()),
+                "{step} {fault:?}"
+            );
+            assert_eq!(
+                entries_under(&store, "wallet_f", &key).await,
+                1,
+                "{step} {fault:?}"
+            );
+            // AND the payout's reservation came back whole, once
+            assert_eq!(
+                balance(&store, "wallet_f").await,
+                10_000,
+                "{step} {fault:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn reconciliation_finishes_a_settlement_word_left_applying_and_a_word_meanwhile_goes_through_the_claims_table(
+) {
+    // GIVEN a payout sent, whose failure word's invocation died right after its first write
+    // (the word recorded, its claim APPLYING on the payout, no credit back yet)
+    let base = store("pw_resume").await;
+    let store = store_with(&base, sdk_builder().interceptor(FaultInjector));
+    let (url, _fake) = fake_transfers().await;
+    let maker = payout_app(store.clone(), &url);
+    let words = payout_app_with_lease(store.clone(), &url, 150);
+    fund(&maker, "wallet_r", 1_000, "pay_fundr").await;
+    let id = sent_payout(&maker, "wallet_r", "r1").await;
+    let failed = transfer_webhook("transfer.failed", &id, 0);
+    let died = invoke(
+        Invocation::new(Some((1, Fault::CrashAfter))),
+        send(&words, signed(&failed)),
+    )
+    .await;
+    assert_eq!(died.status, 503, "{died:?}");
+    let key = format!("generic:payout_failed:{id}");
+    assert_eq!(
+        word_state(&store, &id, &key).await.as_deref(),
+        Some("APPLYING")
+    );
+    assert!(open_entry(&store, &id)
+        .await
+        .is_some_and(|o| o.starts_with("POSTING")));
+    assert_eq!(balance(&store, "wallet_r").await, 900);
+
+    // WHEN the provider then says it paid after all, while that claim is still APPLYING
+    let paid = send(
+        &words,
+        signed(&transfer_webhook("transfer.succeeded", &id, 1)),
+    )
+    .await;
+
+    // THEN the success goes through the claims table (one `open` entry per item) and applies,
+    // and leaves the payout listed under POSTING for the stuck claim's sweep
+    assert_eq!(paid.json()["status"], "applied", "{paid:?}");
+    let paid_key = format!("generic:payout_paid:{id}");
+    assert!(common::held::claims_table_holds(&store, &paid_key).await);
+    assert_eq!(word_state(&store, &id, &paid_key).await, None);
+    assert!(open_entry(&store, &id)
+        .await
+        .is_some_and(|o| o.starts_with("POSTING")));
+
+    // WHEN the provider gave up on the failure and one reconciliation pass runs
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = reconcile(&store, &url).await;
+
+    // THEN the failure's credit back is posted once, its claim DONE, the payout off the index,
+    // and the resume is logged as a held movement's
+    assert_eq!(
+        word_state(&store, &id, &key).await.as_deref(),
+        Some("DONE"),
+        "{report:?}"
+    );
+    assert_eq!(open_entry(&store, &id).await, None);
+    let resumed = report.completed.iter().filter(|f| f.kind == "stuck_claim");
+    assert_eq!(resumed.count(), 1, "{report:?}");
+    let events = scan(&store, &store.tables().events.clone()).await;
+    assert!(events
+        .iter()
+        .any(|e| e.get("event_type").and_then(|v| v.as_s().ok())
+            == Some(&payhook::pipeline::RESUME_HELD_EVENT_TYPE.to_owned())));
+    // AND the money follows the provider: reserved, credited back, debited again
+    assert_eq!(balance(&store, "wallet_r").await, 900);
+    assert_eq!(entries_under(&store, "wallet_r", &key).await, 1);
+    assert_eq!(entries_under(&store, "wallet_r", &paid_key).await, 1);
+    let rec = store
+        .payout(&PayoutId::parse(&id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status.as_str(), "paid");
+    // AND the failure's late redelivery replays the resumed answer
+    let late = send(&words, signed(&failed)).await;
+    assert!(late.replayed, "{late:?}");
+    assert_eq!(balance(&store, "wallet_r").await, 900);
+}
+
+#[tokio::test]
+async fn a_zombie_word_attempt_is_fenced_by_its_owner_and_needs_attention_reads_the_payout() {
+    use payhook::idempotency::{Claims, FinalizeOutcome, NewHostClaim, OwnerToken, StoredResponse};
+    use payhook::payouts::{HeldWord, HeldWordCall, WordOrigin};
+
+    // GIVEN a payout sent, and an attempt A that took its failure word's claim with a lease
+    // that has run out
+    let store = store("pw_zombie").await;
+    let (url, _fake) = fake_transfers().await;
+    let app = payout_app(store.clone(), &url);
+    fund(&app, "wallet_z", 1_000, "pay_fundz").await;
+    let id = PayoutId::parse(&sent_payout(&app, "wallet_z", "z1").await).unwrap();
+    let key = payhook::domain::IdempotencyKey::new(
+        ProviderId::GENERIC,
+        payhook::domain::Operation::PayoutFailed,
+        &id.reference(),
+    );
+    let origin = WordOrigin {
+        provider: ProviderId::GENERIC,
+        money: None,
+        recipient: None,
+    };
+    let word = HeldWordCall {
+        origin: &origin,
+        word: payhook::domain::TransferState::Failed,
+        provider_status: "failed",
+        key: &key,
+    };
+    let fp = payhook::domain::Fingerprint::from_stored("fp-of-the-word".into());
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    let claim = |token| NewHostClaim {
+        token,
+        lease_ms: 0,
+        fingerprint: &fp,
+    };
+    let taken = store.settle_held(&id, word, claim(&a)).await.unwrap();
+    assert!(matches!(taken, HeldWord::Taken { .. }), "{taken:?}");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+
+    // WHEN B meets the claim and takes it over
+    let met = store.settle_held(&id, word, claim(&b)).await.unwrap();
+    let HeldWord::Claimed(_, held) = met else {
+        panic!("{met:?}")
+    };
+    assert_eq!(held.fingerprint, fp);
+    assert!(store
+        .take_over_word(&id, &key, &a, &b, 30_000)
+        .await
+        .unwrap());
+
+    // THEN A can neither take it back nor finish it; B finishes it, once even when resent; and
+    // A's late finalize hears B's answer
+    assert!(!store
+        .take_over_word(&id, &key, &a, &a, 30_000)
+        .await
+        .unwrap());
+    let theirs = StoredResponse {
+        status: 200,
+        body: "{\"by\":\"b\"}".into(),
+    };
+    let mine = StoredResponse {
+        status: 200,
+        body: "{\"by\":\"a\"}".into(),
+    };
+    assert_eq!(
+        store.finalize_word(&id, &key, &a, &mine).await.unwrap(),
+        FinalizeOutcome::Superseded(None)
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            store.finalize_word(&id, &key, &b, &theirs).await.unwrap(),
+            FinalizeOutcome::Done
+        );
+    }
+    assert_eq!(
+        store.finalize_word(&id, &key, &a, &mine).await.unwrap(),
+        FinalizeOutcome::Superseded(Some(theirs.clone()))
+    );
+    assert_eq!(open_entry(&store, id.as_str()).await, None);
+
+    // AND the console's needs-attention counts the word done, read from its payout
+    let done = store.done_among(&[(key.clone(), None)]).await.unwrap();
+    assert!(done.contains(&key), "{done:?}");
 }

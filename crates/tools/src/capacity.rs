@@ -3,7 +3,8 @@
 //! [`CapacityRecorder`] costing every request by DynamoDB's billing rules, and prints:
 //!
 //! - requests, write and read units per new delivery and per duplicate, for 1, 4 and 64 KB bodies,
-//!   and per new refund, reversal and dispute withdrawal and their duplicates;
+//!   per new refund, reversal and dispute withdrawal, per payout settlement word, and their
+//!   duplicates;
 //! - the ten hottest partition keys (tables and GSIs), scaled to a delivery rate, for two
 //!   scenarios: 10,000 deliveries/s over 10,000 accounts with 30% duplicates, and one account at
 //!   1,000 credits/s;
@@ -364,6 +365,72 @@ pub async fn refund_classes(model: &mut Model, count: usize) -> Result<Vec<PerDe
         .collect())
 }
 
+/// A payout as `POST /payouts` leaves it once sent (status `sent`, 100 NGN, listed as an open
+/// payout), written directly: the model has no transfer API behind it, and only the word about
+/// it is costed.
+pub async fn sent_payout(store: &DynamoStore, id: &str, account: &str) -> Result<(), CliError> {
+    use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+    let now = now_ms().to_string();
+    store
+        .client()
+        .put_item()
+        .table_name(&store.tables().payments)
+        .item("pk", S(format!("payout#{id}")))
+        .item("payout", S(id.into()))
+        .item("payout_status", S("sent".into()))
+        .item("provider", S("generic".into()))
+        .item("account", S(account.into()))
+        .item("amount_minor", N("100".into()))
+        .item("currency", S("NGN".into()))
+        .item(
+            "destination",
+            S(r#"{"bank":"058","account_number":"0123456789"}"#.into()),
+        )
+        .item("shard", N("0".into()))
+        .item("reserve_at_ms", N(now.clone()))
+        .item("sends", N("1".into()))
+        .item("open", S("PAYOUT#0".into()))
+        .item("created_at_ms", N(now.clone()))
+        .item("updated_at_ms", N(now))
+        .send()
+        .await
+        .map_err(|e| CliError::Other(format!("writing a payout: {e}")))?;
+    Ok(())
+}
+
+/// A generic `transfer.failed` body about `payout` (100 NGN).
+pub fn transfer_failed_body(event_id: &str, payout: &str) -> String {
+    format!(
+        r#"{{"id":"{event_id}","type":"transfer.failed","created":1764670000,"data":{{"reference":"{payout}","amount":100,"currency":"NGN"}}}}"#
+    )
+}
+
+/// New payout settlement words (a failure, credited back) and their duplicates (#44: each
+/// claims on its payout).
+pub async fn word_classes(model: &mut Model, count: usize) -> Result<Vec<PerDelivery>, CliError> {
+    let mut runs: [Vec<Vec<Costed>>; 2] = Default::default();
+    let mut bytes = 0;
+    for i in 0..count {
+        let id = format!("po_{:016x}{:016x}", model.rng.next(), model.rng.next());
+        sent_payout(&model.store, &id, &format!("acct_p{i}")).await?;
+        model.recorder.take();
+        let b = transfer_failed_body(&format!("evt_tf_{id}"), &id);
+        bytes = b.len();
+        for run in &mut runs {
+            let (status, costed) = model.deliver(&b).await?;
+            if status != 200 {
+                return Err(CliError::Other(format!("{b} answered {status}")));
+            }
+            run.push(costed);
+        }
+    }
+    Ok(["new payout word", "duplicate payout word"]
+        .iter()
+        .zip(&runs)
+        .map(|(name, run)| per_delivery(name, bytes, run))
+        .collect())
+}
+
 /// Runs a scenario: `count` deliveries, accounts drawn from `accounts`, `dup_share` of them
 /// redeliveries of earlier ones; keys scaled to `rate` deliveries/s.
 pub async fn scenario(
@@ -565,6 +632,8 @@ pub async fn run(args: CapacityArgs, config: Config, store: DynamoStore) -> Resu
     }
     eprintln!("capacity: {each} new + {each} duplicate refunds, reversals and withdrawals");
     per.extend(refund_classes(&mut model, each).await?);
+    eprintln!("capacity: {each} new + {each} duplicate payout settlement words");
+    per.extend(word_classes(&mut model, each).await?);
     eprintln!(
         "capacity: {} deliveries over 10,000 accounts, 30% duplicates",
         args.deliveries

@@ -87,15 +87,19 @@ def secret_key():
     return base64.b64decode(s.split("_", 1)[1])
 
 
-def delivery(run, n, key, bad=False, refund=None, full=False, reverse=False):
+def delivery(run, n, key, bad=False, refund=None, full=False, reverse=False, word_of=None):
     """A signed Standard Webhooks delivery of the n-th payment of `run`, or with `refund=j` its
     j-th refund of one minor unit (a partial refund: the payment stays refundable), or with
     `full=True` as well a refund of the whole payment; `reverse=True` makes it that refund's
-    `refund.failed` (its reversal)."""
+    `refund.failed` (its reversal). `word_of=payout id`: a `transfer.failed` about that payout
+    (100 NGN, as benches/instructions.py's seeded payouts are), its money credited back."""
     eid = f"evt_{run}_{n}" + ("" if refund is None else f"_r{refund}") + ("_v" if reverse else "")
+    eid += "" if word_of is None else "_w"
     ts = str(int(time.time()))
     payment = f"cpu_{run}_{n}"
-    if refund is None:
+    if word_of is not None:
+        event = {"type": "transfer.failed", "data": {"reference": word_of, "amount": 100, "currency": "NGN"}}
+    elif refund is None:
         event = {"type": "payment.succeeded",
                  "data": {"reference": payment, "account": f"cpu_{n % 64}", "amount": 1000 + n, "currency": "NGN"}}
     else:

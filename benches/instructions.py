@@ -5,10 +5,11 @@ with it.
 
 The target process (from benches/cpu.py) runs under `valgrind --tool=callgrind`; after a
 warm-up, for each class (new, duplicate, bad_signature; new_refund, duplicate_refund,
-new_reversal and duplicate_reversal for payhook) the counters are zeroed, N deliveries
-sent, and the counters dumped (`callgrind_control`). A running callgrind acts on a request when
-the program next runs code, so the zero takes effect as the class's first delivery arrives and
-the dump as one extra delivery of the same class arrives: each dump holds N deliveries. Prints
+new_reversal, duplicate_reversal, new_word and duplicate_word for payhook) the counters are
+zeroed, N deliveries sent, and the counters dumped (`callgrind_control`). A running callgrind
+acts on a request when the program next runs code, so the zero takes effect as the class's first
+delivery arrives and the dump as one extra delivery of the same class arrives: each dump holds N
+deliveries. Prints
 JSON: instructions per delivery by target and class, and the dump files' paths
 (`callgrind_annotate FILE` reads them).
 
@@ -98,6 +99,35 @@ def refunds(target, pid, prefix, run, key, n):
     return got
 
 
+def seed_payouts(ids):
+    """Payouts sent and not yet settled, one item each in payhook's payments table, as
+    `payhook_tools::capacity::sent_payout` writes them (100 NGN, generic provider)."""
+    import boto3  # requirements-dev.txt (moto's dependency)
+    ddb = boto3.client("dynamodb", endpoint_url=os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"),
+                       region_name=os.environ.get("AWS_REGION", "us-east-1"))
+    now = str(int(time.time() * 1000))
+    for i, pid in enumerate(ids):
+        ddb.put_item(TableName=os.environ["PAYHOOK_PAYMENTS_TABLE"], Item={
+            "pk": {"S": f"payout#{pid}"}, "payout": {"S": pid}, "payout_status": {"S": "sent"},
+            "provider": {"S": "generic"}, "account": {"S": f"cpu_p{i % 64}"},
+            "amount_minor": {"N": "100"}, "currency": {"S": "NGN"},
+            "destination": {"S": '{"bank":"058","account_number":"0123456789"}'},
+            "shard": {"N": "0"}, "reserve_at_ms": {"N": now}, "sends": {"N": "1"},
+            "open": {"S": "PAYOUT#0"}, "created_at_ms": {"N": now}, "updated_at_ms": {"N": now}})
+
+
+def payout_words(target, pid, prefix, run, n):
+    """`new_word` and `duplicate_word`: a payout's `transfer.failed` (#44, part 4: its claim on
+    the payout; a read and four writes, the money credited back), then each again (a read and
+    the log), over n + 1 payouts seeded sent."""
+    key = cpu.secret_key()
+    ids = [f"po_{uuid.uuid4().hex}" for _ in range(n + 1)]
+    seed_payouts(ids)
+    batch = [cpu.delivery(run, i, key, word_of=ids[i]) for i in range(n + 1)]
+    return {"new_word": measured(target, pid, prefix, "new", batch, n),
+            "duplicate_word": measured(target, pid, prefix, "duplicate", batch, n)}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--payhook", required=True)
@@ -169,7 +199,9 @@ def main():
                         f" ({args.refunds} refunds on each payment)")
             if name.startswith("payhook"):  # the Python reference has no refunds
                 per.update(refunds(target, pid, prefix, run + name + "f", key, args.n))
-                for cls in ("new_refund", "duplicate_refund", "new_reversal", "duplicate_reversal"):
+                per.update(payout_words(target, pid, prefix, run + name + "p", args.n))
+                for cls in ("new_refund", "duplicate_refund", "new_reversal", "duplicate_reversal",
+                            "new_word", "duplicate_word"):
                     cpu.log(f"  {name:<15} {cls:<14} {per[cls]['instructions'] / 1e6:.3f} M instructions per delivery")
             result["targets"][name] = per
         finally:

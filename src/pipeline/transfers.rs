@@ -32,7 +32,9 @@ use serde::Serialize;
 use super::{
     ignored, in_flight, not_ours, retry_later, Answer, Pipeline, PipelineError, Settled, Store,
 };
-use crate::domain::{Fingerprint, IdempotencyKey, NormalisedEvent, Operation, TransferFacts};
+use crate::domain::{
+    Fingerprint, IdempotencyKey, NormalisedEvent, Operation, TransferFacts, TransferState,
+};
 use crate::eventlog::Outcome;
 use crate::idempotency::{
     judge_existing, ClaimOutcome, Existing, FinalizeOutcome, NewHostClaim, OwnerToken,
@@ -63,6 +65,15 @@ const UNDECIDED_RETRY_MS: i64 = 5_000;
 /// Rounds of read -> judge -> takeover before answering "in flight": only reached when other
 /// attempts keep taking the claim over under us, which a retry later settles.
 const WORD_ROUNDS: usize = 3;
+
+/// One attempt at a word with its claim on its payout: what its later writes are conditioned on.
+struct WordAttempt<'a> {
+    ev: &'a NormalisedEvent,
+    key: &'a IdempotencyKey,
+    origin: &'a WordOrigin,
+    payout: &'a PayoutId,
+    token: &'a OwnerToken,
+}
 
 fn origin_of(ev: &NormalisedEvent, facts: &TransferFacts) -> WordOrigin {
     WordOrigin {
@@ -95,6 +106,13 @@ impl<S: Store> Pipeline<S> {
             key,
         };
         let token = OwnerToken::generate();
+        let attempt = WordAttempt {
+            ev,
+            key,
+            origin: &origin,
+            payout: &id,
+            token: &token,
+        };
         for _ in 0..WORD_ROUNDS {
             let claim = NewHostClaim {
                 token: &token,
@@ -110,8 +128,7 @@ impl<S: Store> Pipeline<S> {
                 }
                 HeldWord::Taken { record, movement } => {
                     let applied = SettleOutcome::Applied { record, movement };
-                    let answer = self.finish_word(ev, key, &origin, applied, &token);
-                    return answer.await.map(Some);
+                    return self.finish_word(&attempt, applied).await.map(Some);
                 }
                 HeldWord::Claimed(record, held) => (record, held),
             };
@@ -119,8 +136,7 @@ impl<S: Store> Pipeline<S> {
             match judge_existing(&held.record(key), fingerprint, now_ms, &token) {
                 // Our own token: the SDK resent write 1 after losing its reply.
                 Existing::Decided(ClaimOutcome::Claimed { .. }) => {
-                    let answer = self.resume_word(ev, key, &origin, record, &token);
-                    return answer.await.map(Some);
+                    return self.resume_word(&attempt, facts.state, record).await.map(Some);
                 }
                 Existing::Decided(other) => return Ok(Some(not_ours(other, key))),
                 Existing::TakeOver { previous_owner } => {
@@ -129,7 +145,7 @@ impl<S: Store> Pipeline<S> {
                             .take_over_word(&id, key, &previous_owner, &token, lease_ms);
                     if took.await? {
                         tracing::info!(key = %key, "took over an expired claim on its payout; resuming its steps");
-                        let mut answer = self.resume_word(ev, key, &origin, record, &token).await?;
+                        let mut answer = self.resume_word(&attempt, facts.state, record).await?;
                         answer.took_over = true;
                         return Ok(Some(answer));
                     }
@@ -144,51 +160,37 @@ impl<S: Store> Pipeline<S> {
     /// (not judged again: the claim holds the fingerprint, not the money the word named).
     async fn resume_word(
         &self,
-        ev: &NormalisedEvent,
-        key: &IdempotencyKey,
-        origin: &WordOrigin,
+        at: &WordAttempt<'_>,
+        word: TransferState,
         record: PayoutRecord,
-        token: &OwnerToken,
     ) -> Result<Answer, PipelineError> {
-        let word = match &ev.kind {
-            crate::domain::EventKind::Transfer(t) => t.state,
-            _ => return Ok(ignored(ev)),
-        };
         let movement = applied_movement(&record, word);
         let applied = SettleOutcome::AlreadyApplied { record, movement };
-        self.finish_word(ev, key, origin, applied, token).await
+        self.finish_word(at, applied).await
     }
 
     /// Writes 2 and 3: the word's movement, then its claim DONE with the answer.
     async fn finish_word(
         &self,
-        ev: &NormalisedEvent,
-        key: &IdempotencyKey,
-        origin: &WordOrigin,
+        at: &WordAttempt<'_>,
         applied: SettleOutcome,
-        token: &OwnerToken,
     ) -> Result<Answer, PipelineError> {
-        let payout = match &applied {
-            SettleOutcome::Applied { record, .. }
-            | SettleOutcome::AlreadyApplied { record, .. } => record.payout.clone(),
-            _ => return Ok(ignored(ev)),
-        };
         let (Settled::Final(answer) | Settled::NothingMoved(answer)) =
-            self.word_answer(ev, key, origin, applied).await?;
+            self.word_answer(at.ev, at.key, at.origin, applied).await?;
         let stored = StoredResponse {
             status: answer.status,
             body: answer.body.clone(),
         };
         let finalized = self
             .store
-            .finalize_word(&payout, key, token, &stored)
+            .finalize_word(at.payout, at.key, at.token, &stored)
             .await?;
         Ok(match finalized {
             FinalizeOutcome::Done => answer,
             // Our lease ran out and a successor finished first: its answer stands.
             FinalizeOutcome::Superseded(Some(theirs)) => Answer::replay(theirs),
             // A successor holds the claim and has not finished: it will.
-            FinalizeOutcome::Superseded(None) => in_flight(key, 1_000),
+            FinalizeOutcome::Superseded(None) => in_flight(at.key, 1_000),
         })
     }
 

@@ -136,7 +136,10 @@ impl<S: Store> Pipeline<S> {
             match judge_existing(&held.record(key), fingerprint, now_ms, &token) {
                 // Our own token: the SDK resent write 1 after losing its reply.
                 Existing::Decided(ClaimOutcome::Claimed { .. }) => {
-                    return self.resume_word(&attempt, facts.state, record).await.map(Some);
+                    return self
+                        .resume_word(&attempt, facts.state, record)
+                        .await
+                        .map(Some);
                 }
                 Existing::Decided(other) => return Ok(Some(not_ours(other, key))),
                 Existing::TakeOver { previous_owner } => {

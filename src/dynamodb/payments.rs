@@ -23,7 +23,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use super::item::{condition_failed, n, s, unavailable, Item, Reader};
 pub(super) use super::payment_item::POSTING;
 use super::payment_item::{
-    claim_of, history_entry, totals_condition, ClaimFields, Taking, APPLYING, DONE, WRITE_ROUNDS,
+    claim_of, history_entry, totals_condition, ClaimFields, Overlay, Taking, APPLYING, DONE,
+    WRITE_ROUNDS,
 };
 use super::DynamoStore;
 use crate::domain::{
@@ -220,6 +221,36 @@ fn money_guard(
         sets.push("currency = if_not_exists(currency, :cur)");
     }
     (update, conds, sets)
+}
+
+/// What a PAID write sets besides its claim and history ([`Overlay`]): the same parts, in the
+/// same order, as the `SET` of `paid_write`, so the payment after the write is known without
+/// reading it back.
+fn paid_overlay(
+    provider: ProviderId,
+    facts: &PaymentFacts,
+    key: &IdempotencyKey,
+    account: Option<&AccountId>,
+    now: i64,
+    shard: u32,
+) -> Overlay {
+    let mut image = Overlay::default();
+    image.set("status", s(PaymentStatus::Paid.as_str()));
+    image.set("provider", s(provider.as_str()));
+    image.set("reference", s(facts.reference.as_str()));
+    if let Some(a) = account {
+        image.if_not_exists("account", s(a.as_str()));
+    }
+    image.if_not_exists("amount_minor", n(facts.money.amount.get()));
+    image.if_not_exists("currency", s(facts.money.currency.as_str()));
+    image.set("refundable_minor", n(facts.money.amount.get()));
+    image.set("refunded_minor", n(0));
+    image.set("paid_key", s(key.as_str()));
+    image.if_not_exists("ledger_shard", n(i64::from(shard)));
+    image.set("credit_at_ms", n(now));
+    image.if_not_exists("created_at_ms", n(now));
+    image.set("updated_at_ms", n(now));
+    image
 }
 
 /// `#status IN (:s0, :s1…)` for the sources of a transition.
@@ -426,6 +457,33 @@ impl DynamoStore {
         }
     }
 
+    /// A credit's first write: on success the payment is the item it replaced (`ALL_OLD`,
+    /// empty for a new payment) with `image` applied, read as [`View::Credit`]; on a failed
+    /// condition, the item it met, as [`update_viewed`](Self::update_viewed) gives it.
+    async fn update_overlaid(
+        &self,
+        update: UpdateItemFluentBuilder,
+        image: Overlay,
+        provider: ProviderId,
+        reference: &Reference,
+    ) -> Result<Result<PaymentRecord, Option<PaymentRecord>>, StoreError> {
+        let result = update
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                let item = image.apply(out.attributes.unwrap_or_default());
+                Ok(Ok(to_view(&item, &self.tables.payments, View::Credit)?))
+            }
+            Err(e) => {
+                self.failed_image(e, provider, reference, View::Credit)
+                    .await
+            }
+        }
+    }
+
     /// The item a failed conditional update met: the server's `ALL_OLD`, else a consistent read.
     pub(super) async fn failed_image<T>(
         &self,
@@ -532,6 +590,8 @@ impl DynamoStore {
             )
         };
         conds.insert(0, sources);
+        let account = facts.account.as_ref().or(new.default_account);
+        let mut image = paid_overlay(provider, facts, key, account, now, new.shard);
         // The credit's claim, in the same write: nobody else holds it (`claim_state` absent),
         // and the payment is listed under `POSTING#{shard}` until the claim is DONE.
         let (update, open) = match new.claim {
@@ -542,17 +602,29 @@ impl DynamoStore {
                      claim_fp = :fp, #open = :posting",
                 );
                 let layout = crate::ledger::Ledger::placement_layout(self).await?;
-                let posting = format!("{POSTING}#{}", layout.index_shard(key.as_str()));
+                let posting = s(format!("{POSTING}#{}", layout.index_shard(key.as_str())));
+                let (tok, fp) = (s(claim.token.as_str()), s(claim.fingerprint.as_str()));
+                let lease = n(now.saturating_add(claim.lease_ms));
+                image.set("claim_state", s(APPLYING));
+                image.set("claim_owner", tok.clone());
+                image.set("claim_lease_ms", lease.clone());
+                image.set("claim_fp", fp.clone());
+                image.set("open", posting.clone());
                 let update = update
                     .expression_attribute_values(":applying", s(APPLYING))
-                    .expression_attribute_values(":tok", s(claim.token.as_str()))
-                    .expression_attribute_values(":lease", n(now.saturating_add(claim.lease_ms)))
-                    .expression_attribute_values(":fp", s(claim.fingerprint.as_str()))
-                    .expression_attribute_values(":posting", s(posting));
+                    .expression_attribute_values(":tok", tok)
+                    .expression_attribute_values(":lease", lease)
+                    .expression_attribute_values(":fp", fp)
+                    .expression_attribute_values(":posting", posting);
                 (update, "")
             }
-            None => (update, " REMOVE #open"),
+            None => {
+                image.remove("open");
+                (update, " REMOVE #open")
+            }
         };
+        let entry = history(paid, &note, now);
+        image.append("history", &entry);
         let update = update
             .update_expression(format!(
                 "SET #status = :to, provider = :prov, #reference = :ref, {}, \
@@ -571,8 +643,8 @@ impl DynamoStore {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":key", s(key.as_str()))
             .expression_attribute_values(":shard", n(i64::from(new.shard)))
-            .expression_attribute_values(":h", history(paid, &note, now));
-        self.update_viewed(update, provider, &facts.reference, View::Credit)
+            .expression_attribute_values(":h", entry);
+        self.update_overlaid(update, image, provider, &facts.reference)
             .await
     }
 

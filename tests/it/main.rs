@@ -26,6 +26,7 @@ mod layers;
 mod lifecycle;
 mod money;
 mod moto;
+mod paid_image;
 mod payout_callers;
 mod payout_providers;
 mod payout_units;

@@ -522,3 +522,14 @@ async fn on_a_server_returning_all_old_a_settlement_word_costs_a_read_and_four_w
     assert_eq!(counter.get("UpdateItem"), 2, "{counts:?}");
     assert_eq!(counts.values().sum::<u64>(), 2, "{counts:?}");
 }
+
+#[tokio::test]
+async fn a_credits_first_write_answers_the_payment_as_stored_on_moto() {
+    // GIVEN moto, whose `ALL_OLD` on a successful update is its own code, not dynalite's
+    let moto = Moto::start();
+    let counter = RequestCounter::new();
+    let store = counted(&counter, &moto, TableNames::with_prefix("motoimg"));
+    store.create_tables().await.expect("create tables on moto");
+    // WHEN each shape of the PAID write runs THEN its record is the payment as stored
+    crate::paid_image::every_paid_write_answers_the_payment_as_stored(&store).await;
+}

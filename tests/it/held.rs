@@ -19,7 +19,7 @@ use payhook::domain::{IdempotencyKey, ProviderId, Reference};
 use payhook::dynamodb::observe::RequestCounter;
 use payhook::dynamodb::DynamoStore;
 use payhook::idempotency::{ClaimState, Claims, FinalizeOutcome, OwnerToken, StoredResponse};
-use payhook::payments::{HeldMove, Hosted, NewHostClaim, Payments};
+use payhook::payments::{HeldMove, Hosted, NewHostClaim, Payments, RefundOutcome};
 
 const LEASE_MS: i64 = 150;
 
@@ -531,6 +531,88 @@ async fn a_refund_whose_claim_does_not_fit_on_its_payment_is_claimed_in_the_clai
         (true, first.body.as_str())
     );
     assert_eq!(balance(&store, "w_l2").await, (0, 2));
+}
+
+#[tokio::test]
+async fn a_refunds_own_write_applies_at_one_under_and_at_400_kb_and_is_refused_over() {
+    // The third 400 KB edge: not the claim (above), the movement's own write. A payment that
+    // cannot take it is refused by DynamoDB; nothing moves, and the delivery is answered
+    // retryable, never applied.
+    let store = store("hdlimit3").await;
+    let app = app(store.clone(), 30_000);
+    // GIVEN a twin payment refunded by the movement's own write alone (the claims table's
+    // path), to size that write: same reference lengths, same amounts, same digits
+    pay(&app, "pay_w9", "w_l3", 900).await;
+    let twin = Reference::parse("pay_w9").unwrap();
+    let (facts, _) = refund_facts("rf_pay_w9", "pay_w9", 900);
+    let key = IdempotencyKey::from_stored("generic:refund:rf_pay_w9".into());
+    let before = item_size::item_bytes(&payment_at(&store, "pay_w9").await);
+    let done = store
+        .refund(ProviderId::GENERIC, &facts, &key)
+        .await
+        .unwrap();
+    assert!(matches!(done, RefundOutcome::Applied(_)), "{done:?}");
+    let delta = item_size::item_bytes(&payment_at(&store, twin.as_str()).await) - before;
+    for over in [-1i64, 0, 1] {
+        // GIVEN a payment like it, padded so that its refund's write makes it 400 KB + `over`
+        let p = format!("pay_w{}", over + 1);
+        pay(&app, &p, "w_l3", 900).await;
+        let start = item_size::item_bytes(&payment_at(&store, &p).await);
+        let target = (item_size::MAX_ITEM_BYTES as i64 + over) as usize;
+        pad(&store, &p, target - start - delta - 3).await;
+        let padded = payment_at(&store, &p).await;
+        let (facts, _) = refund_facts(&format!("rf_{p}"), &p, 900);
+        let key = IdempotencyKey::from_stored(format!("generic:refund:rf_{p}"));
+
+        // WHEN the refund's own write runs
+        let got = store.refund(ProviderId::GENERIC, &facts, &key).await;
+
+        // THEN at and under the limit it applies and the item is exactly that size; over it,
+        // DynamoDB refuses it as too large and the payment is as it was
+        let item = payment_at(&store, &p).await;
+        if over <= 0 {
+            assert!(
+                matches!(got, Ok(RefundOutcome::Applied(_))),
+                "{over}: {got:?}"
+            );
+            assert_eq!(item_size::item_bytes(&item), target, "{over}");
+        } else {
+            assert!(
+                matches!(
+                    got,
+                    Err(payhook::store::StoreError::Rejected {
+                        why: dynamo_claim::Rejection::TooLarge,
+                        ..
+                    })
+                ),
+                "{got:?}"
+            );
+            assert_eq!(item, padded);
+        }
+    }
+    // WHEN the over-limit refund is delivered, twice
+    let balance_before = balance(&store, "w_l3").await;
+    let body = refund_body("e_w2", "rf_pay_w2", "pay_w2", 900);
+    let first = send(&app, signed(&body)).await;
+    let again = send(
+        &app,
+        signed(&refund_body("e_w2b", "rf_pay_w2", "pay_w2", 900)),
+    )
+    .await;
+    // THEN neither is applied nor answered final: the first 5xx, the provider retries; the
+    // second meets the first's claim, held until its lease ends, so 409 with Retry-After (a
+    // later attempt takes it over and is refused again, and the stuck claim is what an
+    // operator sees); nothing debited
+    assert!(first.status >= 500 && !first.replayed, "{first:?}");
+    assert_eq!((again.status, again.replayed), (409, false), "{again:?}");
+    assert!(again.retry_after.is_some(), "{again:?}");
+    let refunded = payment_at(&store, "pay_w2")
+        .await
+        .get("refunded_minor")
+        .cloned();
+    assert_eq!(refunded, Some(AttributeValue::N("0".into())));
+    assert_eq!(balance(&store, "w_l3").await, balance_before);
+    assert_eq!(balance_before, (4 * 900, 4));
 }
 
 /// A failure word about the payout `id`, as the generic provider sends it.
